@@ -1,0 +1,1 @@
+"""Operational databases into Delta Lake, as Dagster assets."""
