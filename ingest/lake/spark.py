@@ -6,6 +6,8 @@ files in jvm/jars, so the same session starts on a machine with no network.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -52,8 +54,14 @@ def build_spark_session(
     """Return the active SparkSession, or build one with Delta enabled."""
     from pyspark.sql import SparkSession
 
+    # The JVM starts the planner's Python (data source analysis) from
+    # PYSPARK_PYTHON, not from the conf; it must be this interpreter too.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    merged = {**BASE_CONF, "spark.jars": ",".join(delta_jars()), **(conf or {})}
+    # Python workers must run this interpreter: the data sources import the
+    # project and its drivers from the venv.
+    merged = {**BASE_CONF, "spark.jars": ",".join(delta_jars()), "spark.pyspark.python": sys.executable,
+              **(conf or {})}
     for key, value in merged.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

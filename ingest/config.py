@@ -1,0 +1,175 @@
+"""The sources file: which databases and tables land in the lake.
+
+    sources:
+      shop:                        # source name: asset key prefix and lake folder
+        kind: mysql
+        host: 127.0.0.1
+        port: 3407
+        user: ingest
+        password_env: SHOP_MYSQL_PASSWORD   # the secret stays in the environment
+        database: shop
+        tables:
+          include: [customers, orders, "order_*"]
+          exclude: ["*_tmp"]
+        snapshot:
+          chunk_size: 50000
+          parallelism: 2
+
+Every error names the file, the key and the fix. Secrets are never read from
+the file: only the name of the environment variable that holds them, resolved
+through Dagster's EnvVar when a connection is opened.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """A sources file that cannot be used; the message names the file, the key and the fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class SnapshotSettings(_Model):
+    chunk_size: Annotated[int, Field(ge=1, le=10_000_000)] = 50_000
+    """Rows per chunk. Each chunk is read in its own consistent-snapshot transaction."""
+    parallelism: Annotated[int, Field(ge=1, le=64)] = 2
+    """Chunks read at once: the most source connections a snapshot opens."""
+    chunks_per_commit: Annotated[int, Field(ge=1, le=10_000)] = 8
+    """Chunks per Delta commit. A failed snapshot resumes after the last committed one."""
+
+
+class TableSelection(_Model):
+    include: list[str] = Field(min_length=1)
+    """Table names or glob patterns (`orders`, `order_*`). A plain name that does not exist is an error."""
+    exclude: list[str] = []
+    """Glob patterns removed from what `include` selects."""
+    overrides: dict[str, SnapshotSettings] = {}
+    """Per-table snapshot settings, by table name."""
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern or not re.fullmatch(r"[A-Za-z0-9_*?\[\]$-]+", pattern):
+                raise ValueError(f"{pattern!r} is not a table name or glob pattern")
+        return value
+
+    def literal_names(self) -> list[str]:
+        return [p for p in self.include if not any(ch in p for ch in "*?[")]
+
+    def is_static(self) -> bool:
+        """True when the table list is known without asking the database."""
+        return len(self.literal_names()) == len(self.include)
+
+    def select(self, available: Iterable[str]) -> list[str]:
+        available = list(available)
+        chosen = [t for t in available if any(fnmatch.fnmatchcase(t, p) for p in self.include)]
+        return sorted(t for t in chosen if not any(fnmatch.fnmatchcase(t, p) for p in self.exclude))
+
+    def static_tables(self) -> list[str]:
+        return self.select(self.literal_names())
+
+
+class MySQLSource(_Model):
+    kind: Literal["mysql"] = "mysql"
+    host: str
+    """Server host name or address."""
+    port: Annotated[int, Field(ge=1, le=65535)] = 3306
+    """Server TCP port."""
+    user: str
+    """The ingest user: SELECT, REPLICATION SLAVE and REPLICATION CLIENT are enough."""
+    password_env: str
+    """Name of the environment variable that holds the password (never the password itself)."""
+    database: str
+    """The schema (database) the tables live in."""
+    tables: TableSelection
+    """Which tables land in the lake."""
+    snapshot: SnapshotSettings = SnapshotSettings()
+    """Default snapshot settings for every table of the source."""
+    connect_timeout: Annotated[int, Field(ge=1, le=600)] = 10
+    """Seconds to wait for a connection before failing."""
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    def snapshot_settings(self, table: str) -> SnapshotSettings:
+        return self.tables.overrides.get(table, self.snapshot)
+
+
+class SourcesConfig(_Model):
+    sources: dict[str, MySQLSource]
+    """Sources by name. The name prefixes asset keys and lake paths."""
+    path: Path | None = Field(default=None, exclude=True)
+    """The file this was read from (for error messages)."""
+
+    @model_validator(mode="after")
+    def _names(self) -> SourcesConfig:
+        for name in self.sources:
+            if not NAME_RE.match(name):
+                raise ValueError(f"source name {name!r} must match {NAME_RE.pattern} (it becomes an asset key)")
+        return self
+
+
+_SECRET_KEYS = {"password", "passwd", "secret", "aws_secret_access_key"}
+
+_FIX_BY_ERROR = {
+    "extra_forbidden": "remove the key or check its spelling",
+    "missing": "add the key",
+}
+
+
+def _where(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def load_config(path: str | Path) -> SourcesConfig:
+    """Read and check a sources file; every problem raises ConfigError naming the file and key."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such sources file. Fix: create it, or set INGEST_SOURCES to its path") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc}). Fix: correct the syntax") from None
+    return parse_config(raw, path)
+
+
+def parse_config(raw: object, path: Path | str = "<sources>") -> SourcesConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping with a 'sources' key")
+    for source_name, source in (raw.get("sources") or {}).items():
+        if isinstance(source, dict):
+            for key in _SECRET_KEYS & set(source):
+                raise ConfigError(
+                    f"{path}: sources.{source_name}.{key}: secrets are not read from the file. "
+                    f"Fix: remove it, put the value in an environment variable and name that variable "
+                    f"in sources.{source_name}.password_env"
+                )
+    try:
+        return SourcesConfig.model_validate({**raw, "path": Path(path)})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            fix = _FIX_BY_ERROR.get(err["type"], "correct the value")
+            problems.append(f"{path}: {_where(err['loc']) or '<top>'}: {err['msg']}. Fix: {fix}")
+        raise ConfigError("\n".join(problems)) from None

@@ -1,0 +1,87 @@
+"""What every commit of ours carries, and reading it back from the Delta log.
+
+A commit that adds rows carries the source position it covers in the same
+commit (DESIGN principle 1): `userMetadata` holds a JSON document with the
+positions, and Delta's idempotent transaction id (txnAppId / txnVersion) makes
+a repeated write a no-op. If Dagster's metadata and the Delta log disagree,
+the Delta log wins: readers here look only at the log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+MARKER = "ingest"
+"""Key whose presence tells our commits from anybody else's (OPTIMIZE, hand edits)."""
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's idempotent transaction id: a write whose version is not above the
+    last one committed for the same app id is skipped by Delta itself."""
+
+    app_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not self.app_id or len(self.app_id) > 200:
+            raise ValueError(f"txn app id must be 1..200 characters: {self.app_id!r}")
+        if self.version < 0:
+            raise ValueError(f"txn version must not be negative: {self.version}")
+
+
+def encode_user_metadata(metadata: dict[str, Any], txn: Txn) -> str:
+    return json.dumps({MARKER: 1, "txn": [txn.app_id, txn.version], **metadata}, sort_keys=True,
+                      separators=(",", ":"), default=str)
+
+
+def decode_user_metadata(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get(MARKER) == 1 else None
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    version: int
+    operation: str
+    metadata: dict[str, Any]
+    metrics: dict[str, str]
+
+
+def commits(spark, path: str, limit: int | None = None) -> list[CommitInfo]:
+    """Our commits on the table at `path`, newest first ([] if there is no table)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return []
+    history = DeltaTable.forPath(spark, path).history(limit) if limit else DeltaTable.forPath(spark, path).history()
+    rows = history.select("version", "operation", "userMetadata", "operationMetrics").orderBy("version", ascending=False)
+    out = []
+    for row in rows.collect():
+        meta = decode_user_metadata(row["userMetadata"])
+        if meta is not None:
+            out.append(CommitInfo(row["version"], row["operation"], meta, dict(row["operationMetrics"] or {})))
+    return out
+
+
+def last_commit(spark, path: str, **match: Any) -> CommitInfo | None:
+    """The newest of our commits whose metadata has all of `match`, from the Delta log."""
+    for info in commits(spark, path):
+        if all(info.metadata.get(k) == v for k, v in match.items()):
+            return info
+    return None
+
+
+def table_version(spark, path: str) -> int | None:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]

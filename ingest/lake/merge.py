@@ -1,0 +1,103 @@
+"""The ordered merge (DESIGN principle 2) that builds silver tables.
+
+A change applies only when its `_pos` is newer than the row's; deletes stay
+as tombstones (`_deleted = true`) so that a late, older change cannot bring a
+deleted row back. Applying any set of batches in any order, any number of
+times, converges to the same table. The plan (conditions and assignments) is
+pure; `ordered_merge` runs it with Delta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.lake.commits import Txn
+from ingest.lake.write import WriteOutcome, session_txn
+
+POS = "_pos"
+DELETED = "_deleted"
+
+
+def _col(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    on: str
+    newer: str
+    update_set: dict[str, str]
+    insert_values: dict[str, str]
+    tombstone_condition: str | None
+    tombstone_set: dict[str, str] | None
+
+
+def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_before: int | None = None) -> MergePlan:
+    """Conditions for merging source `s` into target `t`.
+
+    `columns` are all target columns (data, `_pos`, `_deleted`). With
+    `tombstone_before` (a full snapshot merged in), a live target row that the
+    snapshot does not hold and that was last changed before that position was
+    deleted at the source before the snapshot read it: it becomes a tombstone.
+    Rows changed at or after it are left to the change log, which holds their
+    later history.
+    """
+    if not keys:
+        raise ValueError("an ordered merge needs at least one key column")
+    missing = [c for c in (*keys, POS, DELETED) if c not in columns]
+    if missing:
+        raise ValueError(f"merge columns lack {missing}")
+    on = " AND ".join(f"t.{_col(k)} <=> s.{_col(k)}" for k in keys)
+    assign = {_col(c): f"s.{_col(c)}" for c in columns}
+    tomb_cond = tomb_set = None
+    if tombstone_before is not None:
+        p = int(tombstone_before)
+        tomb_cond = f"t.{POS} < {p} AND NOT t.{DELETED}"
+        tomb_set = {DELETED: "true", POS: f"CAST({p} AS DECIMAL(38,0))"}
+    return MergePlan(on, f"s.{POS} > t.{POS}", assign, dict(assign), tomb_cond, tomb_set)
+
+
+def latest_per_key(df, keys: Sequence[str]):
+    """Keep each key's newest change: MERGE needs at most one source row per target row."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy(*[F.col(_col(k)) for k in keys]).orderBy(F.col(POS).desc())
+    return df.withColumn("_rank", F.row_number().over(window)).where("_rank = 1").drop("_rank")
+
+
+def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict[str, Any], txn: Txn,
+                  tombstone_before: int | None = None) -> WriteOutcome:
+    """Merge `changes` (data columns, `_pos`, `_deleted`) into the Delta table at `path`.
+
+    Creates the table when it does not exist. Safe to repeat: the txn makes a
+    second call a no-op, and the `_pos` guard would make it a no-op anyway.
+    """
+    from delta.tables import DeltaTable
+
+    from ingest.lake.commits import table_version
+    from ingest.lake.write import append
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return append(latest_per_key(changes, keys), path, metadata, txn)
+    before = table_version(spark, path)
+    plan = plan_ordered_merge(keys, changes.columns, tombstone_before)
+    merger = (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(latest_per_key(changes, keys).alias("s"), plan.on)
+        .whenMatchedUpdate(condition=plan.newer, set=plan.update_set)
+        .whenNotMatchedInsert(values=plan.insert_values)
+    )
+    if plan.tombstone_condition:
+        merger = merger.whenNotMatchedBySourceUpdate(condition=plan.tombstone_condition, set=plan.tombstone_set)
+    with session_txn(spark, metadata, txn):
+        merger.execute()
+    after = table_version(spark, path)
+    return WriteOutcome(after, after != before)
+
+
+def live_rows(df):
+    """The rows a consumer sees: tombstones dropped, bookkeeping columns kept out."""
+    return df.where(f"NOT {DELETED}").drop(DELETED)

@@ -1,0 +1,125 @@
+"""Reading what the source holds: tables, columns and primary keys.
+
+Used at snapshot time. The binlog path never uses today's information_schema
+for old events (it decodes with the table map of each event's own time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pymysql
+
+from ingest.config import MySQLSource
+from ingest.sources.mysql.errors import NoPrimaryKey, SourceUnreachable, TableNotFound
+from ingest.sources.mysql.types import ColumnType, MySQLColumn, column_type
+
+
+@dataclass(frozen=True)
+class ConnectionParams:
+    """What a connection needs, picklable so Spark executors can open their own."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    connect_timeout: int = 10
+
+    def __repr__(self) -> str:  # never print the password
+        return f"ConnectionParams({self.user}@{self.host}:{self.port}/{self.database})"
+
+    def connect(self, **kwargs) -> pymysql.connections.Connection:
+        try:
+            conn = pymysql.connect(
+                host=self.host, port=self.port, user=self.user, password=self.password,
+                database=self.database, connect_timeout=self.connect_timeout, charset="utf8mb4",
+                autocommit=True, **kwargs,
+            )
+        except pymysql.err.OperationalError as exc:
+            raise SourceUnreachable(
+                f"cannot connect to {self.user}@{self.host}:{self.port}/{self.database}: {exc.args[-1]}. "
+                "Fix: check that the server is up, and the host, port, user and password variable in the sources config"
+            ) from None
+        with conn.cursor() as cur:
+            # TIMESTAMP values are read as UTC wall clock (DESIGN principle 5).
+            cur.execute("SET time_zone = '+00:00'")
+        return conn
+
+
+def connection_params(source: MySQLSource) -> ConnectionParams:
+    from dagster import EnvVar
+
+    password = EnvVar(source.password_env).get_value()
+    if password is None:
+        raise SourceUnreachable(
+            f"environment variable {source.password_env} is not set: it holds the password of "
+            f"{source.user}@{source.host}. Fix: export {source.password_env}=..."
+        )
+    return ConnectionParams(source.host, source.port, source.user, password, source.database,
+                            source.connect_timeout)
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    database: str
+    table: str
+    columns: tuple[MySQLColumn, ...]
+    primary_key: tuple[str, ...]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def delta_types(self) -> list[ColumnType]:
+        return [column_type(c, self.table) for c in self.columns]
+
+    def fingerprint(self) -> str:
+        """Columns and types; a snapshot cannot resume across a change of this."""
+        return ";".join(f"{c.name}:{c.column_type}" for c in self.columns)
+
+
+def list_tables(conn, database: str) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'",
+            (database,),
+        )
+        return sorted(r[0] for r in cur.fetchall())
+
+
+def describe_table(conn, database: str, table: str, config_ref: str = "") -> TableSchema:
+    """Columns and primary key of one table; TableNotFound / NoPrimaryKey name the config key and fix."""
+    where = f"{config_ref}: " if config_ref else ""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
+            "IS_NULLABLE, COLUMN_KEY FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            raise TableNotFound(
+                f"{where}table {database}.{table} does not exist (or the ingest user cannot see it). "
+                "Fix: correct the name in tables.include, or grant SELECT on it"
+            )
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        pk = tuple(r[0] for r in cur.fetchall())
+    if not pk:
+        raise NoPrimaryKey(
+            f"{where}table {database}.{table} has no primary key, so its changes cannot be merged by key. "
+            "Fix: add a primary key to the table, or exclude it (tables.exclude)"
+        )
+    columns = tuple(
+        MySQLColumn(name=r[0], data_type=r[1], column_type=r[2], numeric_precision=r[3], numeric_scale=r[4],
+                    datetime_precision=r[5], nullable=r[6] == "YES")
+        for r in rows
+    )
+    schema = TableSchema(database, table, columns, pk)
+    schema.delta_types()  # raise UnsupportedColumnType now, before anything is written
+    return schema

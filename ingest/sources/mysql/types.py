@@ -1,0 +1,211 @@
+"""The type contract (DESIGN principle 5): MySQL/MariaDB columns to Delta.
+
+A row read by the snapshot and the same row decoded from the binlog must give
+identical Delta values, so both paths end in `ColumnType.convert`.
+
+| MySQL                          | Delta (Spark)          | value                                  |
+|--------------------------------|------------------------|----------------------------------------|
+| TINYINT / SMALLINT / MEDIUMINT | tinyint/smallint/int   | signed; UNSIGNED widens one step       |
+| INT                            | int (UNSIGNED: bigint) |                                        |
+| BIGINT                         | bigint                 | UNSIGNED: decimal(20,0), no overflow   |
+| DECIMAL(p,s), p <= 38          | decimal(p,s)           | exact                                  |
+| DECIMAL(p,s), p > 38           | string                 | exact, plain notation with s decimals  |
+| FLOAT / DOUBLE                 | float / double         |                                        |
+| CHAR, VARCHAR, *TEXT, JSON     | string                 | JSON as the text stored                |
+| BINARY, VARBINARY, *BLOB       | binary                 |                                        |
+| ENUM                           | string                 | the label                              |
+| SET                            | array<string>          | empty SET -> []                        |
+| BIT(n)                         | binary                 | ceil(n/8) bytes, big-endian            |
+| DATE                           | date                   | zero or partial-zero date -> NULL      |
+| DATETIME(fsp)                  | timestamp_ntz          | wall clock, zero -> NULL               |
+| TIMESTAMP(fsp)                 | timestamp              | instant, read in session time zone UTC |
+| TIME(fsp)                      | string                 | '[-]HH:MM:SS[.f*fsp]' (range +-838h)   |
+| YEAR                           | smallint               | 0000 -> NULL                           |
+
+Anything else (spatial types, UUID, INET4/6, VECTOR) raises
+UnsupportedColumnType with the table, the column and the way out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ingest.sources.mysql.errors import UnsupportedColumnType
+
+SPARK_MAX_DECIMAL_PRECISION = 38
+
+
+@dataclass(frozen=True)
+class MySQLColumn:
+    """One column as information_schema.COLUMNS describes it."""
+
+    name: str
+    data_type: str
+    column_type: str
+    numeric_precision: int | None = None
+    numeric_scale: int | None = None
+    datetime_precision: int | None = None
+    nullable: bool = True
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type.lower()
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """Where a column lands: its Spark type and how a source value becomes a Delta value."""
+
+    spark: str
+    convert: Callable[[Any], Any] | None
+    """None when the driver's value is already the Delta value (the fast path)."""
+
+
+def decimal_text(scale: int) -> Callable[[Any], str | None]:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def convert(value: Any) -> str | None:
+        if value is None:
+            return None
+        return format(Decimal(value).quantize(quantum), "f")
+
+    return convert
+
+
+def to_decimal(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def set_members(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return sorted(value)
+    return value.split(",") if value else []
+
+
+def bit_bytes(width: int) -> Callable[[Any], bytes | None]:
+    size = max(1, (width + 7) // 8)
+
+    def convert(value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if isinstance(value, (bytes, bytearray)):
+            number = int.from_bytes(value, "big")
+        elif isinstance(value, str):  # python-mysql-replication gives a string of '0'/'1'
+            number = int(value, 2) if value else 0
+        else:
+            number = int(value)
+        return number.to_bytes(size, "big")
+
+    return convert
+
+
+def valid_date(value: Any) -> dt.date | None:
+    # Drivers hand back zero and partial-zero dates ('0000-00-00', '2020-00-01')
+    # as strings or None: no Delta date can hold them.
+    return value if isinstance(value, dt.date) and not isinstance(value, dt.datetime) else None
+
+
+def valid_datetime(value: Any) -> dt.datetime | None:
+    return value if isinstance(value, dt.datetime) else None
+
+
+def utc_instant(value: Any) -> dt.datetime | None:
+    if not isinstance(value, dt.datetime):
+        return None
+    if value.tzinfo is not None:
+        return value.astimezone(dt.timezone.utc)
+    return value.replace(tzinfo=dt.timezone.utc)  # the session time zone is UTC
+
+
+def time_text(fsp: int) -> Callable[[Any], str | None]:
+    def convert(value: Any) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, dt.time):
+            value = dt.timedelta(hours=value.hour, minutes=value.minute, seconds=value.second,
+                                 microseconds=value.microsecond)
+        if isinstance(value, str):
+            return value
+        micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
+        sign = "-" if micros < 0 else ""
+        micros = abs(micros)
+        seconds, frac = divmod(micros, 1_000_000)
+        hours, rest = divmod(seconds, 3600)
+        minutes, secs = divmod(rest, 60)
+        text = f"{sign}{hours:02d}:{minutes:02d}:{secs:02d}"
+        if fsp:
+            text += "." + f"{frac:06d}"[:fsp]
+        return text
+
+    return convert
+
+
+def year_value(value: Any) -> int | None:
+    if value is None:
+        return None
+    number = int(value)
+    return None if number == 0 else number
+
+
+_INTEGERS = {
+    # data_type: (signed spark type, unsigned spark type)
+    "tinyint": ("tinyint", "smallint"),
+    "smallint": ("smallint", "int"),
+    "mediumint": ("int", "int"),
+    "int": ("int", "bigint"),
+    "integer": ("int", "bigint"),
+}
+_STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json", "enum"}
+_BINARIES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
+    """The contract for one column; raises UnsupportedColumnType for anything outside it."""
+    kind = column.data_type.lower()
+    if kind in _INTEGERS:
+        signed, unsigned = _INTEGERS[kind]
+        return ColumnType(unsigned if column.unsigned else signed, None)
+    if kind == "bigint":
+        return ColumnType("decimal(20,0)", to_decimal) if column.unsigned else ColumnType("bigint", None)
+    if kind in ("decimal", "numeric"):
+        precision, scale = column.numeric_precision or 10, column.numeric_scale or 0
+        if precision > SPARK_MAX_DECIMAL_PRECISION:
+            return ColumnType("string", decimal_text(scale))
+        return ColumnType(f"decimal({precision},{scale})", to_decimal)
+    if kind == "float":
+        return ColumnType("float", None)
+    if kind in ("double", "real"):
+        return ColumnType("double", None)
+    if kind in _STRINGS:
+        return ColumnType("string", None)
+    if kind in _BINARIES:
+        return ColumnType("binary", None)
+    if kind == "set":
+        return ColumnType("array<string>", set_members)
+    if kind == "bit":
+        return ColumnType("binary", bit_bytes(column.numeric_precision or 1))
+    if kind == "date":
+        return ColumnType("date", valid_date)
+    if kind == "datetime":
+        return ColumnType("timestamp_ntz", valid_datetime)
+    if kind == "timestamp":
+        return ColumnType("timestamp", utc_instant)
+    if kind == "time":
+        return ColumnType("string", time_text(column.datetime_precision or 0))
+    if kind == "year":
+        return ColumnType("smallint", year_value)
+    raise UnsupportedColumnType(table, column.name, column.column_type)
+
+
+def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:
+    """Apply the contract to one column of values (a no-op on the fast path)."""
+    if ctype.convert is None:
+        return values
+    convert = ctype.convert
+    return [None if v is None else convert(v) for v in values]
