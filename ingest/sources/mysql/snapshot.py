@@ -257,3 +257,42 @@ def _rows_written(spark, path: str, version: int | None) -> int:
         if info.version == version:
             return int(info.metrics.get("numOutputRows", 0))
     return 0
+
+
+@dataclass(frozen=True)
+class SnapshotWrite:
+    """An asset's output: snapshot `schema` into the table the IO manager names."""
+
+    source: str
+    params: ConnectionParams
+    schema: TableSchema
+    chunk_size: int
+    parallelism: int
+    chunks_per_commit: int
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        from ingest.lake.commits import table_version
+
+        progress = run_snapshot(
+            spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,
+            parallelism=self.parallelism, chunks_per_commit=self.chunks_per_commit, log=log,
+        )
+        df = spark.read.format("delta").load(path)
+        stats = df.agg(F.count(F.lit(1)).alias("rows"), F.min("_pos").alias("lo"), F.max("_pos").alias("hi")).first()
+        base = progress.log_start.basename
+        meta: dict[str, Any] = {
+            "rows": stats["rows"],
+            "rows_per_second": round(progress.rows / max(progress.seconds, 1e-9), 1),
+            "seconds": round(progress.seconds, 2),
+            "snapshot_id": progress.snapshot_id,
+            "chunks": progress.chunks_total,
+            "resumed_from_wave": -1 if progress.resumed_from_wave is None else progress.resumed_from_wave,
+            "log_start": progress.log_start.to_metadata(),
+            "delta_version": table_version(spark, path),
+        }
+        if stats["lo"] is not None:
+            meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
+            meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()
+        return meta

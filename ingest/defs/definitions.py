@@ -1,0 +1,37 @@
+"""The Dagster code location: `dagster dev -w workspace.yaml` loads `defs` from here.
+
+Environment (read when definitions load, not at import of any other module):
+  INGEST_SOURCES     the sources file (default: sources.yaml in the project root)
+  INGEST_LAKE_ROOT   the lake root (default: .local/lake)
+  INGEST_SPARK_MASTER  Spark master URL (default: local[*])
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dagster import Definitions, in_process_executor
+
+from ingest.config import load_config
+from ingest.defs.factory import build_assets
+from ingest.defs.io_managers import DeltaLakeIOManager
+from ingest.defs.resources import SparkResource
+from ingest.paths import PROJECT_ROOT, local_dir
+
+
+def build_definitions(sources_path: str | Path | None = None, lake_root: str | None = None,
+                      spark_master: str | None = None) -> Definitions:
+    config = load_config(sources_path or os.environ.get("INGEST_SOURCES", PROJECT_ROOT / "sources.yaml"))
+    spark = SparkResource(master=spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]"))
+    lake = lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake"))
+    return Definitions(
+        assets=build_assets(config),
+        resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark)},
+        # One process per run: its steps share one SparkSession instead of
+        # starting a JVM per step.
+        executor=in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,56 @@
+"""Where each asset's Delta table lives, and a handle for reading one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ingest.lake.commits import CommitInfo, last_commit, table_version
+
+SNAPSHOT = "snapshot"
+SILVER = "silver"
+BRONZE = "bronze"
+
+
+def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
+    """`<lake_root>/<source>/<table>/<layer>`: layers side by side, never one table's
+    folder inside another's (VACUUM of the outer one would delete the inner one)."""
+    if layer not in (SNAPSHOT, SILVER, BRONZE):
+        raise ValueError(f"unknown lake layer {layer!r}")
+    return f"{lake_root.rstrip('/')}/{source}/{table}/{layer}"
+
+
+def location_for_asset_key(lake_root: str, key_path: Sequence[str]) -> str:
+    """Asset key `source/table` is silver; `source/table/<layer>` is that layer."""
+    if len(key_path) == 2:
+        return table_location(lake_root, key_path[0], key_path[1], SILVER)
+    if len(key_path) == 3:
+        return table_location(lake_root, *key_path)
+    raise ValueError(f"asset key {'/'.join(key_path)!r} does not name a lake table")
+
+
+@dataclass(frozen=True)
+class LakeTable:
+    """A Delta table of the lake, as an asset's input."""
+
+    spark: Any
+    path: str
+
+    def df(self):
+        return self.spark.read.format("delta").load(self.path)
+
+    def last_commit(self, **match: Any) -> CommitInfo | None:
+        return last_commit(self.spark, self.path, **match)
+
+    def version(self) -> int | None:
+        return table_version(self.spark, self.path)
+
+
+class LakeWrite(Protocol):
+    """What an asset returns: a write the IO manager applies to the asset's table.
+
+    `apply` must be safe to repeat and returns the metadata of what it did.
+    """
+
+    def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]: ...
