@@ -85,6 +85,7 @@ class TableSelection(_Model):
 
 class MySQLSource(_Model):
     kind: Literal["mysql"] = "mysql"
+    """The source's kind: `mysql` covers MySQL and MariaDB."""
     host: str
     """Server host name or address."""
     port: Annotated[int, Field(ge=1, le=65535)] = 3306

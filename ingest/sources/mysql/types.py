@@ -31,7 +31,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from ingest.sources.mysql.errors import UnsupportedColumnType
@@ -65,13 +65,18 @@ class ColumnType:
     """None when the driver's value is already the Delta value (the fast path)."""
 
 
+# DECIMAL(65,30) has more digits than the default context's 28: quantize in a
+# context wide enough for any MySQL decimal, or it raises (or rounds).
+_WIDE = Context(prec=100)
+
+
 def decimal_text(scale: int) -> Callable[[Any], str | None]:
     quantum = Decimal(1).scaleb(-scale)
 
     def convert(value: Any) -> str | None:
         if value is None:
             return None
-        return format(Decimal(value).quantize(quantum), "f")
+        return format(Decimal(value).quantize(quantum, context=_WIDE), "f")
 
     return convert
 

@@ -1,0 +1,96 @@
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from ingest.config import ConfigError, load_config, parse_config
+
+GOOD = {
+    "sources": {
+        "shop": {
+            "host": "127.0.0.1", "port": 3306, "user": "ingest", "password_env": "SHOP_PW",
+            "database": "shop", "tables": {"include": ["orders", "order_*"], "exclude": ["*_tmp"]},
+            "snapshot": {"chunk_size": 1000, "parallelism": 4},
+        }
+    }
+}
+
+
+def write(tmp_path, data):
+    path = tmp_path / "sources.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def test_good_config_loads(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    shop = cfg.sources["shop"]
+    assert shop.snapshot.chunk_size == 1000 and shop.snapshot.chunks_per_commit == 8
+    assert shop.tables.select(["orders", "order_lines", "order_tmp", "users"]) == ["order_lines", "orders"]
+    assert not shop.tables.is_static()
+
+
+def test_every_field_has_a_docstring():
+    from ingest.config import MySQLSource, SnapshotSettings, TableSelection
+
+    for model in (MySQLSource, SnapshotSettings, TableSelection):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no docstring"
+
+
+@pytest.mark.parametrize("mutate, where, fix", [
+    (lambda s: s.update(bogus=1), "sources.shop.bogus", "remove the key"),
+    (lambda s: s.pop("database"), "sources.shop.database", "add the key"),
+    (lambda s: s.update(port="x"), "sources.shop.port", "correct the value"),
+    (lambda s: s["snapshot"].update(chunk_size=0), "sources.shop.snapshot.chunk_size", "correct the value"),
+    (lambda s: s["tables"].update(include=["a; drop"]), "sources.shop.tables.include", "correct the value"),
+    (lambda s: s.update(password_env="1BAD"), "sources.shop.password_env", "correct the value"),
+])
+def test_errors_name_file_key_and_fix(tmp_path, mutate, where, fix):
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    mutate(data["sources"]["shop"])
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert str(path) in str(exc.value) and where in str(exc.value) and f"Fix: {fix}" in str(exc.value)
+
+
+def test_a_password_in_the_file_is_refused(tmp_path):
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["sources"]["shop"]["password"] = "hunter2"
+    with pytest.raises(ConfigError, match="sources.shop.password: secrets are not read from the file") as exc:
+        load_config(write(tmp_path, data))
+    assert "hunter2" not in str(exc.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="no such sources file"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "sources: [unclosed"))
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_hostile_source_name_is_refused():
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["sources"]["../../etc"] = data["sources"].pop("shop")
+    with pytest.raises(ConfigError, match="source name"):
+        parse_config(data, "f.yaml")
+
+
+junk = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["host", "port", "user", "password_env", "database", "tables",
+                                        "snapshot", "extra"]), junk, max_size=8))
+def test_fuzzed_sources_give_config_errors_only(source):
+    """Whatever is in the file, the outcome is a config or a ConfigError, never another exception."""
+    try:
+        parse_config({"sources": {"s": source}}, "fuzz.yaml")
+    except ConfigError as exc:
+        assert "fuzz.yaml" in str(exc)

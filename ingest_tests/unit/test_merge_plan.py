@@ -1,0 +1,42 @@
+import pytest
+
+from ingest.lake.commits import Txn, decode_user_metadata, encode_user_metadata
+from ingest.lake.merge import plan_ordered_merge
+from ingest.lake.tables import location_for_asset_key, table_location
+
+
+def test_plan_applies_only_newer_changes_and_keeps_tombstones():
+    plan = plan_ordered_merge(["a", "b"], ["a", "b", "v", "_pos", "_deleted"])
+    assert plan.on == "t.`a` <=> s.`a` AND t.`b` <=> s.`b`"
+    assert plan.newer == "s._pos > t._pos"
+    assert plan.update_set["`_deleted`"] == "s.`_deleted`"
+    assert plan.tombstone_condition is None
+
+
+def test_plan_with_snapshot_tombstones_only_rows_older_than_the_log_start():
+    plan = plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=10_000_123_000_000)
+    assert plan.tombstone_condition == "t._pos < 10000123000000 AND NOT t._deleted"
+    assert plan.tombstone_set == {"_deleted": "true", "_pos": "CAST(10000123000000 AS DECIMAL(38,0))"}
+
+
+def test_plan_refuses_missing_columns_and_no_keys():
+    with pytest.raises(ValueError, match="lack"):
+        plan_ordered_merge(["id"], ["id", "_pos"])
+    with pytest.raises(ValueError, match="at least one key"):
+        plan_ordered_merge([], ["id", "_pos", "_deleted"])
+
+
+def test_user_metadata_round_trip_and_foreign_commits_ignored():
+    text = encode_user_metadata({"kind": "snapshot", "wave": 2}, Txn("app", 2))
+    assert decode_user_metadata(text) == {"ingest": 1, "kind": "snapshot", "txn": ["app", 2], "wave": 2}
+    assert decode_user_metadata('{"someone": "else"}') is None
+    assert decode_user_metadata("not json") is None and decode_user_metadata(None) is None
+
+
+def test_table_locations_never_nest():
+    assert location_for_asset_key("/lake/", ["shop", "orders"]) == "/lake/shop/orders/silver"
+    assert location_for_asset_key("/lake", ["shop", "orders", "snapshot"]) == "/lake/shop/orders/snapshot"
+    with pytest.raises(ValueError):
+        table_location("/lake", "shop", "orders", "gold")
+    with pytest.raises(ValueError):
+        location_for_asset_key("/lake", ["x"])

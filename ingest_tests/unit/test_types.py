@@ -1,0 +1,102 @@
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from ingest.sources.mysql.errors import UnsupportedColumnType
+from ingest.sources.mysql.types import MySQLColumn, column_type, convert_column
+
+
+def col(data_type, column_type=None, **kw):
+    return MySQLColumn("c", data_type, column_type or data_type, **kw)
+
+
+@pytest.mark.parametrize("column, spark", [
+    (col("tinyint"), "tinyint"),
+    (col("tinyint", "tinyint(3) unsigned"), "smallint"),
+    (col("smallint", "smallint unsigned"), "int"),
+    (col("mediumint", "mediumint unsigned"), "int"),
+    (col("int", "int(10) unsigned"), "bigint"),
+    (col("bigint"), "bigint"),
+    (col("bigint", "bigint(20) unsigned"), "decimal(20,0)"),
+    (col("decimal", "decimal(12,2)", numeric_precision=12, numeric_scale=2), "decimal(12,2)"),
+    (col("decimal", "decimal(65,30)", numeric_precision=65, numeric_scale=30), "string"),
+    (col("double"), "double"), (col("float"), "float"),
+    (col("varchar", "varchar(10)"), "string"), (col("longtext"), "string"), (col("json"), "string"),
+    (col("enum", "enum('a','b')"), "string"), (col("set", "set('a','b')"), "array<string>"),
+    (col("blob"), "binary"), (col("varbinary", "varbinary(4)"), "binary"),
+    (col("bit", "bit(10)", numeric_precision=10), "binary"),
+    (col("date"), "date"), (col("datetime", "datetime(6)"), "timestamp_ntz"),
+    (col("timestamp", "timestamp(6)"), "timestamp"), (col("time", "time(3)"), "string"),
+    (col("year", "year(4)"), "smallint"),
+])
+def test_spark_types(column, spark):
+    assert column_type(column).spark == spark
+
+
+def convert(column, value):
+    return convert_column(column_type(column), [value])[0]
+
+
+def test_unsigned_bigint_max_is_exact():
+    assert convert(col("bigint", "bigint unsigned"), 18446744073709551615) == Decimal("18446744073709551615")
+
+
+def test_wide_decimal_keeps_every_digit_in_plain_notation():
+    c = col("decimal", "decimal(65,30)", numeric_precision=65, numeric_scale=30)
+    assert convert(c, Decimal("0E-30")) == "0." + "0" * 30
+    big = Decimal("12345678901234567890123456789012345.123456789012345678901234567890")
+    assert convert(c, big) == "12345678901234567890123456789012345.123456789012345678901234567890"
+
+
+def test_set_members_including_empty_set():
+    c = col("set", "set('a','b')")
+    assert convert(c, "a,b") == ["a", "b"]
+    assert convert(c, "") == []
+    assert convert(c, {"b", "a"}) == ["a", "b"]  # the binlog decoder gives a Python set
+
+
+def test_bit_from_driver_bytes_and_from_binlog_bit_string_agree():
+    c = col("bit", "bit(10)", numeric_precision=10)
+    assert convert(c, b"\x02\x01") == b"\x02\x01"
+    assert convert(c, "1000000001") == b"\x02\x01"
+    assert convert(c, 513) == b"\x02\x01"
+
+
+def test_zero_dates_become_null():
+    assert convert(col("date"), "0000-00-00") is None
+    assert convert(col("datetime"), "0000-00-00 00:00:00") is None
+    assert convert(col("timestamp"), "0000-00-00 00:00:00") is None
+    assert convert(col("date"), dt.date(2024, 2, 29)) == dt.date(2024, 2, 29)
+
+
+def test_timestamp_is_an_utc_instant():
+    value = convert(col("timestamp"), dt.datetime(2024, 1, 1, 12, 0, 0, 5))
+    assert value == dt.datetime(2024, 1, 1, 12, 0, 0, 5, tzinfo=dt.timezone.utc)
+
+
+@pytest.mark.parametrize("fsp, delta, text", [
+    (0, dt.timedelta(hours=838, minutes=59, seconds=59), "838:59:59"),
+    (0, -dt.timedelta(hours=838, minutes=59, seconds=59), "-838:59:59"),
+    (6, dt.timedelta(seconds=1, microseconds=5), "00:00:01.000005"),
+    (3, dt.timedelta(hours=1, microseconds=123456), "01:00:00.123"),
+    (6, -dt.timedelta(microseconds=1), "-00:00:00.000001"),
+])
+def test_time_text(fsp, delta, text):
+    assert convert(col("time", f"time({fsp})", datetime_precision=fsp), delta) == text
+
+
+def test_year_zero_is_null():
+    assert convert(col("year"), 0) is None
+    assert convert(col("year"), 2155) == 2155
+
+
+@pytest.mark.parametrize("kind", ["geometry", "point", "uuid", "inet6", "vector"])
+def test_unsupported_types_name_table_column_and_fix(kind):
+    with pytest.raises(UnsupportedColumnType, match=r"table shop\.t: column 'c' .* Fix: exclude the table"):
+        column_type(col(kind), "shop.t")
+
+
+def test_fast_path_returns_values_untouched():
+    values = [1, None, 3]
+    assert convert_column(column_type(col("int")), values) is values
