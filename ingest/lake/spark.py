@@ -27,7 +27,9 @@ BASE_CONF: dict[str, str] = {
     "spark.driver.memory": "2g",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.optimizeMetadataOnlyQueries.enabled": "true",
-    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+    # Column mapping by name: source columns may hold spaces or other characters
+    # Parquet names cannot, and RENAME / DROP COLUMN in the source map onto it.
+    "spark.databricks.delta.properties.defaults.columnMapping.mode": "name",
 }
 
 

@@ -118,7 +118,7 @@ def _register_data_source(spark) -> None:
         def read(self, partition):
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            arrow_schema = to_arrow_schema(self.schema)
+            arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
             for c in partition.chunks:
                 chunk = Chunk(c["index"], key_from_json(c["lo"]), key_from_json(c["hi"]))
                 yield from read_chunk(self.params, self.spec, chunk, arrow_schema)

@@ -1,0 +1,132 @@
+"""Chunked, parallel snapshots and the silver merge, against a real MariaDB and real Delta."""
+
+import pytest
+
+from ingest.lake.commits import commits
+from ingest.lake.merge import live_rows
+from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
+from ingest.lake.tables import LakeTable
+from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound, UnsupportedColumnType
+from ingest.sources.mysql.positions import BinlogPosition
+from ingest.sources.mysql.schema import describe_table
+from ingest_tests.integration.conftest import snapshot
+
+
+def source_rows(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return sorted(tuple(r) for r in cur.fetchall())
+
+
+def test_composite_key_table(spark, root, params, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE olines (order_id BIGINT UNSIGNED, line_no SMALLINT, sku VARCHAR(10), "
+                    "PRIMARY KEY (order_id, line_no))")
+        cur.execute("INSERT INTO olines SELECT o.seq, l.seq, CONCAT('s', o.seq * l.seq) "
+                    "FROM seq_1_to_700 o JOIN seq_1_to_7 l")
+    path = str(tmp_path / "olines")
+    progress = snapshot(spark, params, "olines", path, chunk_size=500, chunks_per_commit=3)
+    assert progress.chunks_total == 10  # 4900 rows / 500
+    got = sorted((int(r[0]), r[1], r[2]) for r in
+                 spark.read.format("delta").load(path).select("order_id", "line_no", "sku").collect())
+    assert got == source_rows(root, "SELECT order_id, line_no, sku FROM olines")
+
+
+def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_path, mariadb):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, a VARCHAR(20), b DECIMAL(10,2))")
+        cur.execute("INSERT INTO big SELECT seq, CONCAT('r', seq), seq / 3 FROM seq_1_to_200000")
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    head = BinlogPosition(file, int(pos))
+    path = str(tmp_path / "big")
+    progress = snapshot(spark, params, "big", path, chunk_size=20_000, parallelism=2, chunks_per_commit=4)
+    assert progress.chunks_total == 10 and progress.waves_committed == [0, 1, 2]
+    # each wave is one commit carrying its positions; the chunks are read by 2 Spark partitions
+    ours = commits(spark, path)
+    assert [c.metadata["wave"] for c in ours] == [2, 1, 0]
+    assert all(c.metadata["log_start"] == progress.log_start.to_metadata() for c in ours)
+    df = spark.read.format("delta").load(path)
+    assert df.count() == 200_000 and df.select("id").distinct().count() == 200_000
+    got = sorted((r[0], r[1], r[2]) for r in df.select("id", "a", "b").collect())
+    assert got == source_rows(root, "SELECT id, a, b FROM big")
+    # every row carries its chunk's consistent-snapshot position, at or after the log start
+    lo, hi = df.selectExpr("min(_pos)", "max(_pos)").first()
+    assert progress.log_start.row_pos() <= lo <= hi and progress.log_start >= head
+
+
+def test_snapshot_tolerates_concurrent_writes_with_an_exact_position(spark, root, params, tmp_path):
+    """A row written during the snapshot is either in its chunk or at/after the chunk's position."""
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE w (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO w SELECT seq, 0 FROM seq_1_to_5000")
+    path = str(tmp_path / "w")
+    progress = snapshot(spark, params, "w", path, chunk_size=1000, parallelism=1, chunks_per_commit=1)
+    with root.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        end = cur.fetchone()
+    assert progress.log_start <= BinlogPosition(end[0], int(end[1]))
+
+
+def test_writing_the_same_chunks_twice_leaves_one_copy(spark, root, params, tmp_path):
+    from ingest.lake.commits import Txn
+    from ingest.lake.write import append
+    from ingest.sources.mysql.chunks import plan_chunks
+    from ingest.sources.mysql.snapshot import read_chunks_df
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO d SELECT seq, seq FROM seq_1_to_3000")
+    with params.connect() as conn:
+        schema = describe_table(conn, params.database, "d")
+    path = str(tmp_path / "d")
+    chunks = plan_chunks([(1001,), (2001,)])
+    for _ in range(2):
+        append(read_chunks_df(spark, params, schema, chunks, 2), path, {"kind": "snapshot"}, Txn("snap:d", 0))
+    assert spark.read.format("delta").load(path).count() == 3000
+
+
+def test_silver_from_snapshot_and_resnapshot_tombstones_deleted_rows(spark, root, params, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute("INSERT INTO s SELECT seq, 'a' FROM seq_1_to_100")
+    snap_path, silver_path = str(tmp_path / "snap"), str(tmp_path / "silver")
+    snap = LakeTable(spark, snap_path)
+    with pytest.raises(SnapshotNotFinished, match="materialize test/s/snapshot first"):
+        SilverFromSnapshot("test", "s", snap).apply(spark, silver_path, lambda m: None)
+    snapshot(spark, params, "s", snap_path)
+    meta = SilverFromSnapshot("test", "s", snap).apply(spark, silver_path, lambda m: None)
+    assert meta["rows_live"] == 100 and meta["committed"]
+    again = SilverFromSnapshot("test", "s", snap).apply(spark, silver_path, lambda m: None)
+    assert not again["committed"] and again["rows_live"] == 100  # idempotent
+    with root.cursor() as cur:
+        cur.execute("DELETE FROM s WHERE id <= 10")
+        cur.execute("UPDATE s SET v = 'b' WHERE id = 50")
+    snapshot(spark, params, "s", snap_path)  # a new snapshot replaces the finished one
+    meta = SilverFromSnapshot("test", "s", snap).apply(spark, silver_path, lambda m: None)
+    assert meta["rows_live"] == 90 and meta["tombstones"] == 10
+    live = sorted(tuple(r) for r in live_rows(spark.read.format("delta").load(silver_path)).select("id", "v").collect())
+    assert live == source_rows(root, "SELECT id, v FROM s")
+
+
+def test_missing_table_no_primary_key_and_unsupported_type_are_clear(root, params):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE nopk (a INT, b INT)")
+        cur.execute("CREATE TABLE geo (id INT PRIMARY KEY, g POINT)")
+    with params.connect() as conn:
+        with pytest.raises(TableNotFound, match=r"sources.yaml: .*does not exist.*Fix: correct the name"):
+            describe_table(conn, params.database, "nope", "sources.yaml")
+        with pytest.raises(NoPrimaryKey, match=r"has no primary key.*Fix: add a primary key"):
+            describe_table(conn, params.database, "nopk", "sources.yaml")
+        with pytest.raises(UnsupportedColumnType, match=r"column 'g' has type 'point'"):
+            describe_table(conn, params.database, "geo")
+
+
+def test_hostile_table_names_are_quoted(spark, root, params, tmp_path):
+    name = "we`ird; DROP TABLE x; -- \u00e9"
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE `we``ird; DROP TABLE x; -- \u00e9` (`k``ey` INT PRIMARY KEY, `v al` INT)")
+        cur.execute("INSERT INTO `we``ird; DROP TABLE x; -- \u00e9` SELECT seq, seq FROM seq_1_to_2500")
+    path = str(tmp_path / "weird")
+    snapshot(spark, params, name, path, chunk_size=1000)
+    assert spark.read.format("delta").load(path).count() == 2500

@@ -1,0 +1,77 @@
+"""The golden all-types table lands with exact values (DESIGN principle 5)."""
+
+import datetime as dt
+from decimal import Decimal
+
+from ingest_tests.integration.conftest import snapshot
+
+GOLDEN_DDL = """
+CREATE TABLE golden (
+  id INT PRIMARY KEY,
+  d65 DECIMAL(65,30), d12 DECIMAL(12,4),
+  ubig BIGINT UNSIGNED, sbig BIGINT, utiny TINYINT UNSIGNED, stiny TINYINT,
+  usmall SMALLINT UNSIGNED, umed MEDIUMINT UNSIGNED, uint INT UNSIGNED,
+  f FLOAT, dbl DOUBLE,
+  txt VARCHAR(50) CHARACTER SET utf8mb4, longt LONGTEXT CHARACTER SET utf8mb4, j JSON,
+  dt6 DATETIME(6), ts6 TIMESTAMP(6) NULL DEFAULT NULL, t0 TIME, t3 TIME(3), y YEAR,
+  e ENUM('x','y','z'), s SET('a','b','c'),
+  b1 BIT(1), b10 BIT(10), b64 BIT(64),
+  bl BLOB, vb VARBINARY(8), bn BINARY(4),
+  d DATE, dtz DATETIME
+)"""
+
+GOLDEN_ROWS = [
+    """(1, '12345678901234567890123456789012345.123456789012345678901234567890', -12345678.1234,
+        18446744073709551615, -9223372036854775808, 255, -128, 65535, 16777215, 4294967295,
+        1.5, 2.718281828459045,
+        'caf\u00e9 \U0001F600', REPEAT('\U0001F680', 1000), '{"k": [1, 2.5, "\u00fc"], "n": null}',
+        '9999-12-31 23:59:59.999999', '2038-01-19 03:14:07.999999', '838:59:59', '-00:00:01.500', 2155,
+        'z', 'a,c', b'1', b'1000000001', b'1111111111111111111111111111111111111111111111111111111111111111',
+        x'00FF10', x'DEADBEEF', x'0102', '2024-02-29', '1970-01-01 00:00:00')""",
+    "(2" + ", NULL" * 29 + ")",
+    """(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', '[]', '0000-00-00 00:00:00', '0000-00-00 00:00:00',
+        '-838:59:59', '00:00:00', 0, 'x', '', b'0', b'0', b'0', '', '', '', '0000-00-00', '2020-00-00 00:00:00')""",
+]
+
+EXPECTED = {
+    1: {
+        "d65": "12345678901234567890123456789012345.123456789012345678901234567890",
+        "d12": Decimal("-12345678.1234"), "ubig": Decimal("18446744073709551615"), "sbig": -9223372036854775808,
+        "utiny": 255, "stiny": -128, "usmall": 65535, "umed": 16777215, "uint": 4294967295,
+        "f": 1.5, "dbl": 2.718281828459045, "txt": "caf\u00e9 \U0001F600", "longt": "\U0001F680" * 1000,
+        "j": '{"k": [1, 2.5, "\u00fc"], "n": null}',
+        "dt6": dt.datetime(9999, 12, 31, 23, 59, 59, 999999), "ts6": "2038-01-19 03:14:07.999999",
+        "t0": "838:59:59", "t3": "-00:00:01.500", "y": 2155, "e": "z", "s": ["a", "c"],
+        "b1": b"\x01", "b10": b"\x02\x01", "b64": b"\xff" * 8, "bl": b"\x00\xff\x10", "vb": b"\xde\xad\xbe\xef",
+        "bn": b"\x01\x02\x00\x00", "d": dt.date(2024, 2, 29), "dtz": dt.datetime(1970, 1, 1),
+    },
+    2: {k: None for k in ["d65", "d12", "ubig", "sbig", "utiny", "stiny", "usmall", "umed", "uint", "f", "dbl",
+                          "txt", "longt", "j", "dt6", "ts6", "t0", "t3", "y", "e", "s", "b1", "b10", "b64", "bl",
+                          "vb", "bn", "d", "dtz"]},
+    3: {
+        "d65": "0." + "0" * 30, "d12": Decimal("0.0000"), "ubig": Decimal(0), "sbig": 0, "utiny": 0, "stiny": 0,
+        "usmall": 0, "umed": 0, "uint": 0, "f": 0.0, "dbl": 0.0, "txt": "", "longt": "", "j": "[]",
+        "dt6": None, "ts6": None, "t0": "-838:59:59", "t3": "00:00:00.000", "y": None, "e": "x", "s": [],
+        "b1": b"\x00", "b10": b"\x00\x00", "b64": b"\x00" * 8, "bl": b"", "vb": b"", "bn": b"\x00" * 4,
+        "d": None, "dtz": None,
+    },
+}
+
+
+def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path):
+    with root.cursor() as cur:
+        cur.execute(GOLDEN_DDL)
+        cur.execute("INSERT INTO golden VALUES " + ",".join(GOLDEN_ROWS))
+    path = str(tmp_path / "golden")
+    snapshot(spark, params, "golden", path)
+    df = spark.read.format("delta").load(path)
+    types = dict(df.dtypes)
+    assert types["d65"] == "string" and types["ubig"] == "decimal(20,0)" and types["s"] == "array<string>"
+    assert types["dt6"] == "timestamp_ntz" and types["ts6"] == "timestamp" and types["b10"] == "binary"
+    # TIMESTAMP is an instant: render it in UTC to compare without the Python process's zone
+    rows = {r["id"]: r.asDict() for r in df.selectExpr("*", "date_format(ts6, 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS ts6s")
+            .drop("ts6").withColumnRenamed("ts6s", "ts6").collect()}
+    for key, expected in EXPECTED.items():
+        got = {k: (bytes(v) if isinstance(v, (bytearray, memoryview)) else v) for k, v in rows[key].items()}
+        for column, value in expected.items():
+            assert got[column] == value, f"row {key}, column {column}: {got[column]!r} != {value!r}"
