@@ -79,9 +79,16 @@ def last_commit(spark, path: str, **match: Any) -> CommitInfo | None:
     return None
 
 
-def table_version(spark, path: str) -> int | None:
+def latest(spark, path: str) -> tuple[int, dict[str, str]] | None:
+    """Version and operation metrics of the table's newest commit (None: no table)."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
         return None
-    return DeltaTable.forPath(spark, path).history(1).collect()[0]["version"]
+    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
+    return row["version"], dict(row["operationMetrics"] or {})
+
+
+def table_version(spark, path: str) -> int | None:
+    head = latest(spark, path)
+    return None if head is None else head[0]

@@ -94,8 +94,7 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
         merger = merger.whenNotMatchedBySourceUpdate(condition=plan.tombstone_condition, set=plan.tombstone_set)
     with session_txn(spark, metadata, txn):
         merger.execute()
-    after = table_version(spark, path)
-    return WriteOutcome(after, after != before)
+    return WriteOutcome.after(spark, path, before)
 
 
 def live_rows(df):

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.lake.commits import Txn, encode_user_metadata, table_version
+from ingest.lake.commits import Txn, encode_user_metadata, latest, table_version
 
 # txnAppId / txnVersion / userMetadata for MERGE go through session confs, which
 # every thread of the session shares: one commit at a time per process.
@@ -27,6 +27,15 @@ class WriteOutcome:
     """Table version after the write."""
     committed: bool
     """False when Delta skipped the write because the txn was already committed."""
+    rows: int = 0
+    """Rows the commit wrote (0 when skipped)."""
+
+    @classmethod
+    def after(cls, spark, path: str, before: int | None) -> WriteOutcome:
+        head = latest(spark, path)
+        if head is None or head[0] == before:
+            return cls(before, False, 0)
+        return cls(head[0], True, int(head[1].get("numOutputRows", head[1].get("numTargetRowsInserted", 0))))
 
 
 @contextmanager
@@ -60,5 +69,4 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
     if overwrite_schema:
         writer = writer.option("overwriteSchema", "true")
     writer.save(path)
-    after = table_version(spark, path)
-    return WriteOutcome(after, after != before)
+    return WriteOutcome.after(spark, path, before)

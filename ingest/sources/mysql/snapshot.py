@@ -207,8 +207,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             log_start = BinlogPosition.from_metadata(resume["log_start"])
             next_wave, next_chunk = resume["wave"] + 1, resume["chunks_done"]
             start = key_from_json(resume["key_hi"])
-            progress = SnapshotProgress(snapshot_id, log_start, resume["wave"], chunks_done=next_chunk,
-                                        rows=resume.get("rows", 0))
+            progress = SnapshotProgress(snapshot_id, log_start, resume["wave"], chunks_done=next_chunk)
             log(f"resuming snapshot {snapshot_id} of {schema.table} at wave {next_wave}, key {start!r}")
         else:
             snapshot_id = uuid.uuid4().hex[:12]
@@ -239,8 +238,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             "key_columns": list(schema.primary_key),
         }
         outcome = append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0, overwrite_schema=wave_no == 0)
-        wave_rows = _rows_written(spark, path, outcome.version)
-        progress.rows += wave_rows
+        progress.rows += outcome.rows
         progress.chunks_done = wave[-1].index + 1
         progress.waves_committed.append(wave_no)
         elapsed = time.monotonic() - started
@@ -248,15 +246,6 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             f"{progress.rows} rows, {progress.rows / max(elapsed, 1e-9):,.0f} rows/s")
     progress.seconds = time.monotonic() - started
     return progress
-
-
-def _rows_written(spark, path: str, version: int | None) -> int:
-    from ingest.lake.commits import commits
-
-    for info in commits(spark, path, limit=1):
-        if info.version == version:
-            return int(info.metrics.get("numOutputRows", 0))
-    return 0
 
 
 @dataclass(frozen=True)
