@@ -25,6 +25,7 @@ def col(data_type, column_type=None, **kw):
     (col("varchar", "varchar(10)"), "string"), (col("longtext"), "string"), (col("json"), "string"),
     (col("enum", "enum('a','b')"), "string"), (col("set", "set('a','b')"), "array<string>"),
     (col("blob"), "binary"), (col("varbinary", "varbinary(4)"), "binary"),
+    (col("binary", "binary(4)", char_length=4), "binary"),
     (col("bit", "bit(10)", numeric_precision=10), "binary"),
     (col("date"), "date"), (col("datetime", "datetime(6)"), "timestamp_ntz"),
     (col("timestamp", "timestamp(6)"), "timestamp"), (col("time", "time(3)"), "string"),
@@ -100,3 +101,13 @@ def test_unsupported_types_name_table_column_and_fix(kind):
 def test_fast_path_returns_values_untouched():
     values = [1, None, 3]
     assert convert_column(column_type(col("int")), values) is values
+
+
+def test_binlog_quirks_map_onto_the_snapshot_values():
+    # values as python-mysql-replication decodes them, next to what the snapshot reads
+    assert convert(col("binary", "binary(4)", char_length=4), b"\x01\x02") == b"\x01\x02\x00\x00"
+    assert convert(col("blob"), "") == b""
+    assert convert(col("year"), 1900) is None
+    assert convert(col("timestamp"), dt.datetime(1970, 1, 1)) is None
+    assert convert(col("timestamp"), dt.datetime(1970, 1, 1, 0, 0, 1)) == dt.datetime(1970, 1, 1, 0, 0, 1,
+                                                                                       tzinfo=dt.timezone.utc)

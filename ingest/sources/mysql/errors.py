@@ -27,3 +27,15 @@ class NoPrimaryKey(MySQLSourceError):
 
 class SourceUnreachable(MySQLSourceError):
     pass
+
+
+class BinlogSettingsError(MySQLSourceError):
+    """The server's binlog cannot feed CDC (format, row image, row metadata)."""
+
+
+class BinlogGap(MySQLSourceError):
+    """Changes the lake needs are no longer on the server (purged, RESET MASTER, another server)."""
+
+
+class BatchBoundaryError(MySQLSourceError):
+    pass

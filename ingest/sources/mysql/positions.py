@@ -120,3 +120,37 @@ def decode_pos(value: int) -> tuple[int, int, int]:
     seq, rest = divmod(value, SEQ_FACTOR)
     offset, row = divmod(rest, OFFSET_FACTOR)
     return seq, offset, row
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """A change batch: the transactions that begin in [start, end).
+
+    Its partition key spells both ends with fixed-width numbers, e.g.
+    `000003.0000001234-000004.0000000004`; the binlog basename is the source's.
+    """
+
+    start: BinlogPosition
+    end: BinlogPosition
+
+    def __post_init__(self) -> None:
+        if self.end < self.start:
+            raise ValueError(f"batch end {self.end} is before its start {self.start}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.start.seq:06d}.{self.start.pos:010d}-{self.end.seq:06d}.{self.end.pos:010d}"
+
+    @classmethod
+    def from_key(cls, key: str, basename: str) -> BatchRange:
+        match = _KEY_RE.match(key or "")
+        if not match:
+            raise ValueError(f"not a change batch key (want NNNNNN.NNNNNNNNNN-NNNNNN.NNNNNNNNNN): {key!r}")
+        a, b, c, d = (int(g) for g in match.groups())
+        return cls(BinlogPosition(f"{basename}.{a:06d}", b), BinlogPosition(f"{basename}.{c:06d}", d))
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"start": self.start.to_metadata(), "end": self.end.to_metadata()}
+
+
+_KEY_RE = re.compile(r"^(\d{6})\.(\d{10})-(\d{6})\.(\d{10})$")

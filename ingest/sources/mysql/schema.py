@@ -94,7 +94,7 @@ def describe_table(conn, database: str, table: str, config_ref: str = "") -> Tab
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
-            "IS_NULLABLE, COLUMN_KEY FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "IS_NULLABLE, CHARACTER_OCTET_LENGTH FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
             "ORDER BY ORDINAL_POSITION",
             (database, table),
         )
@@ -117,7 +117,8 @@ def describe_table(conn, database: str, table: str, config_ref: str = "") -> Tab
         )
     columns = tuple(
         MySQLColumn(name=r[0], data_type=r[1], column_type=r[2], numeric_precision=r[3], numeric_scale=r[4],
-                    datetime_precision=r[5], nullable=r[6] == "YES")
+                    datetime_precision=r[5], nullable=r[6] == "YES",
+                    char_length=r[7] if r[1].lower() == "binary" else None)
         for r in rows
     )
     schema = TableSchema(database, table, columns, pk)

@@ -12,13 +12,13 @@ identical Delta values, so both paths end in `ColumnType.convert`.
 | DECIMAL(p,s), p > 38           | string                 | exact, plain notation with s decimals  |
 | FLOAT / DOUBLE                 | float / double         |                                        |
 | CHAR, VARCHAR, *TEXT, JSON     | string                 | JSON as the text stored                |
-| BINARY, VARBINARY, *BLOB       | binary                 |                                        |
+| BINARY(n), VARBINARY, *BLOB    | binary                 | BINARY(n) zero-padded to n bytes       |
 | ENUM                           | string                 | the label                              |
 | SET                            | array<string>          | empty SET -> []                        |
 | BIT(n)                         | binary                 | ceil(n/8) bytes, big-endian            |
 | DATE                           | date                   | zero or partial-zero date -> NULL      |
 | DATETIME(fsp)                  | timestamp_ntz          | wall clock, zero -> NULL               |
-| TIMESTAMP(fsp)                 | timestamp              | instant, read in session time zone UTC |
+| TIMESTAMP(fsp)                 | timestamp              | instant (session time zone UTC), zero -> NULL |
 | TIME(fsp)                      | string                 | '[-]HH:MM:SS[.f*fsp]' (range +-838h)   |
 | YEAR                           | smallint               | 0000 -> NULL                           |
 
@@ -50,6 +50,8 @@ class MySQLColumn:
     numeric_scale: int | None = None
     datetime_precision: int | None = None
     nullable: bool = True
+    char_length: int | None = None
+    """Byte length of BINARY(n): the binlog strips its zero padding, the snapshot keeps it."""
 
     @property
     def unsigned(self) -> bool:
@@ -110,6 +112,18 @@ def bit_bytes(width: int) -> Callable[[Any], bytes | None]:
     return convert
 
 
+def as_bytes(value: Any) -> bytes:
+    # the binlog decoder hands back an empty binary value as ''
+    return value.encode("latin-1") if isinstance(value, str) else bytes(value)
+
+
+def padded_bytes(length: int) -> Callable[[Any], bytes]:
+    def convert(value: Any) -> bytes:
+        return as_bytes(value).ljust(length, b"\x00")
+
+    return convert
+
+
 def valid_date(value: Any) -> dt.date | None:
     # Drivers hand back zero and partial-zero dates ('0000-00-00', '2020-00-01')
     # as strings or None: no Delta date can hold them.
@@ -120,11 +134,18 @@ def valid_datetime(value: Any) -> dt.datetime | None:
     return value if isinstance(value, dt.datetime) else None
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 def utc_instant(value: Any) -> dt.datetime | None:
     if not isinstance(value, dt.datetime):
         return None
     if value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc)
+        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    if value == _EPOCH:
+        # TIMESTAMP starts at 1970-01-01 00:00:01 UTC; the binlog stores the zero
+        # TIMESTAMP '0000-00-00 00:00:00' as epoch second 0.
+        return None
     return value.replace(tzinfo=dt.timezone.utc)  # the session time zone is UTC
 
 
@@ -155,7 +176,8 @@ def year_value(value: Any) -> int | None:
     if value is None:
         return None
     number = int(value)
-    return None if number == 0 else number
+    # YEAR holds 1901..2155 and 0000; the binlog decoder reports 0000 as 1900.
+    return None if number in (0, 1900) else number
 
 
 _INTEGERS = {
@@ -189,8 +211,10 @@ def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
         return ColumnType("double", None)
     if kind in _STRINGS:
         return ColumnType("string", None)
+    if kind == "binary" and column.char_length:
+        return ColumnType("binary", padded_bytes(column.char_length))
     if kind in _BINARIES:
-        return ColumnType("binary", None)
+        return ColumnType("binary", as_bytes)
     if kind == "set":
         return ColumnType("array<string>", set_members)
     if kind == "bit":

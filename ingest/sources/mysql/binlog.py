@@ -1,0 +1,200 @@
+"""Reading one change batch from the binlog: [start, end), end fixed before the run.
+
+A batch holds the transactions that begin in [start, end). Batch ends come
+from SHOW MASTER STATUS, which always stands between transactions, so a batch
+never splits one; when a requested end falls inside a transaction anyway, the
+reader finishes that transaction and reports where it really ended.
+
+Resuming by file and offset needs python-mysql-replication's MySQL mode
+(`is_mariadb=False`, `resume_stream=True`): its MariaDB mode ignores
+log_file/log_pos unless it resumes by GTID.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pymysql
+
+from ingest.changes import ChangeOp, ChangeRecord
+from ingest.sources.mysql.errors import BatchBoundaryError, BinlogGap, BinlogSettingsError
+from ingest.sources.mysql.events import MappedColumn, TableDecoder, row_changes
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+from ingest.sources.mysql.schema import ConnectionParams
+
+REQUIRED_SETTINGS = {"log_bin": "1", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                     "binlog_row_metadata": "FULL"}
+
+
+def check_binlog_settings(conn, source: str) -> None:
+    """Refuse a server whose binlog cannot feed CDC, naming the setting and the fix."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
+        values = dict(zip(REQUIRED_SETTINGS, (str(v).upper() for v in cur.fetchone())))
+    bad = {k: v for k, v in values.items() if v != REQUIRED_SETTINGS[k]}
+    if bad:
+        found = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise BinlogSettingsError(
+            f"source {source}: the binlog cannot feed CDC ({found}). Fix: run the server with --log-bin "
+            "--binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL (SET GLOBAL works for "
+            "the last three), then re-snapshot the tables, since changes logged before the fix cannot be read"
+        )
+
+
+def binary_logs(conn) -> list[tuple[str, int]]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+
+def check_available(conn, source: str, needed: BinlogPosition, tables: Sequence[str]) -> list[tuple[str, int]]:
+    """The server's binlogs, after making sure `needed` is still among them."""
+    logs = binary_logs(conn)
+    files = {f: size for f, size in logs}
+    fix = (f"Fix: re-snapshot the affected tables ({', '.join(tables)}) of source {source}: materialize "
+           "their snapshot assets, and the next change batch starts from the new snapshot")
+    if needed.file not in files:
+        oldest = logs[0][0] if logs else "none"
+        raise BinlogGap(
+            f"source {source}: binlog {needed.file} (position {needed}) is no longer on the server "
+            f"(oldest is {oldest}): it was purged or the server's binlog was reset. {fix}"
+        )
+    if needed.pos > files[needed.file]:
+        raise BinlogGap(
+            f"source {source}: position {needed} is past the end of {needed.file} ({files[needed.file]} bytes): "
+            f"RESET MASTER or a different server behind the same address. {fix}"
+        )
+    return logs
+
+
+@dataclass
+class BatchResult:
+    records: dict[str, list[ChangeRecord]] = field(default_factory=dict)
+    decoders: dict[str, list[TableDecoder]] = field(default_factory=dict)
+    end: BinlogPosition | None = None
+    last_committed_at: dt.datetime | None = None
+    last_gtid: str | None = None
+    transactions: int = 0
+    ddl: list[str] = field(default_factory=list)
+
+
+def _mapped_columns(columns) -> list[MappedColumn]:
+    out = []
+    for c in columns:
+        binary = (c.character_set_name or "").lower() == "binary"
+        out.append(MappedColumn(
+            name=c.name, type_code=c.type, unsigned=bool(c.unsigned), binary=binary,
+            precision=getattr(c, "precision", None), scale=getattr(c, "decimals", None),
+            fsp=getattr(c, "fsp", None), bits=getattr(c, "bits", None),
+            length=getattr(c, "max_length", None) if c.type == 254 and binary else None,
+        ))
+    return out
+
+
+def reader_server_id() -> int:
+    """Every binlog reader needs its own server_id; two readers sharing one evict each other."""
+    return random.randint(1_000_000, 2_000_000_000)
+
+
+def read_batch(params: ConnectionParams, batch: BatchRange, key_columns: Mapping[str, Sequence[str]],
+               server_id: int | None = None) -> BatchResult:
+    """Decode the transactions that begin in [batch.start, batch.end) for the tables in `key_columns`."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    result = BatchResult(end=batch.start)
+    if batch.end <= batch.start:
+        return result
+    stream = BinLogStreamReader(
+        {"host": params.host, "port": params.port, "user": params.user, "passwd": params.password,
+         "connect_timeout": params.connect_timeout},
+        server_id=server_id or reader_server_id(), resume_stream=True, log_file=batch.start.file,
+        log_pos=batch.start.pos, blocking=False, is_mariadb=False,
+    )
+    decoders: dict[tuple[str, tuple], TableDecoder] = {}
+    current_file = batch.start.file
+    in_trx = False
+    seen_event = False
+    gtid = None
+    try:
+        for event in stream:
+            if isinstance(event, RotateEvent):
+                current_file = event.next_binlog
+                continue
+            end_pos = BinlogPosition(current_file, event.packet.log_pos) if event.packet.log_pos else None
+            if end_pos is None:
+                continue  # artificial events (format description after a rotate) have no position
+            if isinstance(event, MariadbGtidEvent):
+                if not in_trx and end_pos > batch.end:
+                    # Batch ends stand between transactions, so a GTID event that ends
+                    # past one began at or after it: the transaction is the next batch's.
+                    break
+                in_trx, gtid, seen_event = True, event.gtid, True
+                continue
+            if not seen_event and isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                raise BatchBoundaryError(
+                    f"batch {batch.key} starts inside a transaction (a rows event came before any GTID "
+                    "event): batch starts must be positions from SHOW MASTER STATUS or earlier batch ends"
+                )
+            committed_at = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if event.schema != params.database or event.table not in key_columns:
+                    continue
+                signature = tuple((c.name, c.type, c.unsigned, c.character_set_name) for c in event.columns)
+                decoder = decoders.get((event.table, signature))
+                if decoder is None:
+                    decoder = TableDecoder.from_table_map(event.table, _mapped_columns(event.columns))
+                    decoders[(event.table, signature)] = decoder
+                    result.decoders.setdefault(event.table, []).append(decoder)
+                kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
+                # the key silver merges on (the library's primary_key is a bare string for one column)
+                keys = list(key_columns[event.table])
+                result.records.setdefault(event.table, []).extend(
+                    row_changes(event.table, kind, event.rows, decoder, keys, end_pos, committed_at, gtid))
+            elif isinstance(event, QueryEvent):
+                query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
+                if query.strip().upper() in ("BEGIN", "COMMIT"):
+                    if query.strip().upper() == "COMMIT":
+                        in_trx = False
+                        result.transactions += 1
+                else:
+                    # DDL: MariaDB logs it as its own GTID transaction with no XID
+                    in_trx = False
+                    result.transactions += 1
+                    _note_ddl(result, event, query, params.database, key_columns, end_pos, committed_at, gtid)
+            elif isinstance(event, XidEvent):
+                in_trx = False
+                result.transactions += 1
+            result.end = end_pos
+            result.last_committed_at = committed_at
+            result.last_gtid = gtid
+            if not in_trx and end_pos >= batch.end:
+                break
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] == 1236:
+            raise BinlogGap(
+                f"the server cannot send binlog from {batch.start} ({exc.args[-1]}): it was purged or reset. "
+                "Fix: re-snapshot the affected tables; the next change batch starts from the new snapshot"
+            ) from None
+        raise
+    finally:
+        stream.close()
+    if result.end < batch.end and not in_trx:
+        result.end = batch.end  # nothing of ours between the last event and the requested end
+    return result
+
+
+def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> None:
+    import re
+
+    schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+    result.ddl.append(query)
+    match = re.match(r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", query, re.IGNORECASE)
+    if match and (match.group(1) or schema) == database and match.group(2) in key_columns:
+        table = match.group(2)
+        result.records.setdefault(table, []).append(
+            ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))

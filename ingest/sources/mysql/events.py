@@ -1,0 +1,123 @@
+"""Binlog row events to ChangeRecords, in the type contract (pure).
+
+Each event is decoded with the table map of its own time: the column types
+come from the TABLE_MAP event that precedes the rows (with FULL row metadata it
+carries names, signedness, charsets, ENUM and SET labels), never from today's
+information_schema. They are turned into the same MySQLColumn the snapshot
+uses, so both paths end in the same converters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.changes import ChangeOp, ChangeRecord
+from ingest.sources.mysql.types import ColumnType, MySQLColumn, column_type
+
+# MySQL protocol field type codes (include/mysql_com.h), as the table map gives them.
+_FIELD_TYPES = {
+    0: "decimal", 1: "tinyint", 2: "smallint", 3: "int", 4: "float", 5: "double", 7: "timestamp",
+    8: "bigint", 9: "mediumint", 10: "date", 11: "time", 12: "datetime", 13: "year", 15: "varchar",
+    16: "bit", 17: "timestamp", 18: "datetime", 19: "time", 245: "json", 246: "decimal", 247: "enum",
+    248: "set", 249: "blob", 250: "blob", 251: "blob", 252: "blob", 253: "varchar", 254: "char",
+    255: "geometry",
+}
+
+
+@dataclass(frozen=True)
+class MappedColumn:
+    """What a table map says of one column, in the library-neutral form events.py needs."""
+
+    name: str
+    type_code: int
+    unsigned: bool = False
+    binary: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    fsp: int | None = None
+    bits: int | None = None
+    length: int | None = None
+    """Byte length of a fixed BINARY(n) column, so stripped padding can be restored."""
+
+
+def to_mysql_column(col: MappedColumn) -> MySQLColumn:
+    kind = _FIELD_TYPES.get(col.type_code, f"type#{col.type_code}")
+    if kind in ("varchar", "char") and col.binary:
+        kind = "varbinary" if kind == "varchar" else "binary"
+    if kind == "blob" and not col.binary:
+        kind = "longtext"
+    column_type_text = kind + (" unsigned" if col.unsigned else "")
+    precision = col.bits if kind == "bit" else col.precision
+    return MySQLColumn(col.name, kind, column_type_text, numeric_precision=precision, numeric_scale=col.scale,
+                       datetime_precision=col.fsp, char_length=col.length if kind == "binary" else None)
+
+
+@dataclass(frozen=True)
+class TableDecoder:
+    """Converts one table map's rows to contract values."""
+
+    columns: tuple[MySQLColumn, ...]
+    types: tuple[ColumnType, ...]
+
+    @classmethod
+    def from_table_map(cls, table: str, mapped: Sequence[MappedColumn]) -> TableDecoder:
+        columns = tuple(to_mysql_column(c) for c in mapped)
+        return cls(columns, tuple(column_type(c, table) for c in columns))
+
+    @property
+    def signature(self) -> tuple[tuple[str, str], ...]:
+        return tuple((c.name, t.spark) for c, t in zip(self.columns, self.types))
+
+    def row(self, values: dict[str, Any], none_sources: dict[str, str] | None = None) -> dict[str, Any]:
+        out = {}
+        for col, ctype in zip(self.columns, self.types):
+            value = values.get(col.name)
+            if value is None:
+                # python-mysql-replication gives an empty SET as None, and says so in none_sources
+                if col.data_type == "set" and (none_sources or {}).get(col.name) == "empty set":
+                    out[col.name] = []
+                else:
+                    out[col.name] = None
+            else:
+                out[col.name] = value if ctype.convert is None else ctype.convert(value)
+        return out
+
+
+def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: TableDecoder,
+                key_columns: Sequence[str], event_end: BinlogPositionLike, committed_at: dt.datetime | None,
+                txid: str | None) -> list[ChangeRecord]:
+    """Records of one rows event. Row i of the event gets `_pos` row i+1 (0 is the snapshot's).
+
+    An update that changes the primary key becomes a delete of the old key and
+    an insert of the new one, so the old key cannot linger in silver.
+    """
+    out: list[ChangeRecord] = []
+    index = 1
+    for raw in rows:
+        if kind == "insert":
+            out.append(ChangeRecord(table, ChangeOp.INSERT, event_end.row_pos(index),
+                                    decoder.row(raw["values"], raw.get("none_sources")), None, committed_at, txid))
+        elif kind == "delete":
+            out.append(ChangeRecord(table, ChangeOp.DELETE, event_end.row_pos(index),
+                                    decoder.row(raw["values"], raw.get("none_sources")), None, committed_at, txid))
+        else:
+            before = decoder.row(raw["before_values"], raw.get("before_none_sources"))
+            after = decoder.row(raw["after_values"], raw.get("after_none_sources"))
+            if [before.get(k) for k in key_columns] != [after.get(k) for k in key_columns]:
+                out.append(ChangeRecord(table, ChangeOp.DELETE, event_end.row_pos(index), before, None,
+                                        committed_at, txid))
+                index += 1
+                out.append(ChangeRecord(table, ChangeOp.INSERT, event_end.row_pos(index), after, None,
+                                        committed_at, txid))
+            else:
+                out.append(ChangeRecord(table, ChangeOp.UPDATE, event_end.row_pos(index), after, before,
+                                        committed_at, txid))
+        index += 1
+    return out
+
+
+class BinlogPositionLike:  # typing aid: anything with row_pos(row) -> int
+    def row_pos(self, row: int) -> int: ...
