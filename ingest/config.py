@@ -51,6 +51,15 @@ class SnapshotSettings(_Model):
     """Chunks per Delta commit. A failed snapshot resumes after the last committed one."""
 
 
+class CdcSettings(_Model):
+    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
+    """Least seconds between two polls of the binlog head by the sensor."""
+    max_batch_files: Annotated[int, Field(ge=1, le=1000)] = 1
+    """Most binlog files one change batch spans; a longer backlog becomes several batches."""
+    sensor_running: bool = True
+    """Whether the sensor starts switched on."""
+
+
 class TableSelection(_Model):
     include: list[str] = Field(min_length=1)
     """Table names or glob patterns (`orders`, `order_*`). A plain name that does not exist is an error."""
@@ -100,6 +109,8 @@ class MySQLSource(_Model):
     """Which tables land in the lake."""
     snapshot: SnapshotSettings = SnapshotSettings()
     """Default snapshot settings for every table of the source."""
+    cdc: CdcSettings = CdcSettings()
+    """How the sensor cuts the binlog into change batches."""
     connect_timeout: Annotated[int, Field(ge=1, le=600)] = 10
     """Seconds to wait for a connection before failing."""
 

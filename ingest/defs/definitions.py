@@ -14,7 +14,7 @@ from pathlib import Path
 from dagster import Definitions, in_process_executor
 
 from ingest.config import load_config
-from ingest.defs.factory import build_assets
+from ingest.defs.factory import build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.paths import PROJECT_ROOT, local_dir
@@ -25,8 +25,10 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     config = load_config(sources_path or os.environ.get("INGEST_SOURCES", PROJECT_ROOT / "sources.yaml"))
     spark = SparkResource(master=spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]"))
     lake = lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake"))
+    per_source = build_source_defs(config)
     return Definitions(
-        assets=build_assets(config),
+        assets=[a for assets, _ in per_source for a in assets],
+        sensors=[sensor for _, sensor in per_source],
         resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark)},
         # One process per run: its steps share one SparkSession instead of
         # starting a JVM per step.

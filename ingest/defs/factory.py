@@ -2,11 +2,15 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 
-from dagster import AssetExecutionContext, AssetIn, AssetKey, AssetsDefinition, asset
+from dagster import (
+    AssetExecutionContext, AssetIn, AssetKey, AssetOut, AssetsDefinition, DynamicPartitionsDefinition, Output,
+    SensorDefinition, asset, multi_asset,
+)
 
 from ingest.config import ConfigError, MySQLSource, SourcesConfig
-from ingest.lake.silver import SilverFromSnapshot
-from ingest.lake.tables import LakeTable
+from ingest.lake.silver import SilverFromBatch
+from ingest.lake.tables import CHANGES, LakeTable
+from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
 
@@ -56,29 +60,74 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
     return _snapshot
 
 
-def silver_asset(name: str, source: MySQLSource, table: str) -> AssetsDefinition:
+def batches_partitions(name: str) -> DynamicPartitionsDefinition:
+    """One partition per change batch; its key names the binlog range (see BatchRange)."""
+    return DynamicPartitionsDefinition(name=f"{name}_batches")
+
+
+def changes_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
+                  partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
+    @multi_asset(
+        name=f"{name}_changes",
+        outs={t: AssetOut(key=AssetKey([name, t, CHANGES]), io_manager_key="lake", kinds={"mysql", "delta"},
+                          description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch, "
+                                      "with op, `_pos`, commit time, GTID and the before image of updates.",
+                          metadata={"lake/layer": "bronze", "source": name, "table": t})
+              for t in tables},
+        partitions_def=partitions,
+        group_name=name,
+        description=f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables "
+                    f"of source {name}; the partition key is the binlog range [start, end).",
+    )
+    def _changes(context: AssetExecutionContext):
+        params = connection_params(source)
+        with params.connect() as conn:
+            keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables.include "
+                                                                     f"({t})").primary_key) for t in tables}
+        writes = read_change_batch(params, name, context.partition_key, keys)
+        for table in tables:
+            yield Output(writes[table], output_name=table)
+
+    return _changes
+
+
+def silver_asset(name: str, source: MySQLSource, table: str,
+                 partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
     @asset(
         key=AssetKey([name, table]),
         group_name=name,
         kinds={"delta", "spark"},
         io_manager_key="lake",
-        ins={"snapshot": AssetIn(key=AssetKey([name, table, "snapshot"]))},
+        partitions_def=partitions,
+        ins={"snapshot": AssetIn(key=AssetKey([name, table, "snapshot"])),
+             "changes": AssetIn(key=AssetKey([name, table, CHANGES]))},
         description=(
-            f"Current state of `{source.database}.{table}`: the ordered merge of the snapshot (and, "
-            "with CDC, the change batches). Deletes are kept as tombstones (`_deleted`); read live "
-            "rows with `ingest.lake.merge.live_rows`."
+            f"Current state of `{source.database}.{table}`: the latest snapshot, then each change batch "
+            "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
+            "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."
         ),
         metadata={"lake/layer": "silver", "source": name, "table": table},
     )
-    def _silver(context: AssetExecutionContext, snapshot: LakeTable) -> SilverFromSnapshot:
-        return SilverFromSnapshot(name, table, snapshot)
+    def _silver(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> SilverFromBatch:
+        return SilverFromBatch(name, table, changes, snapshot)
 
     return _silver
 
 
 def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
-    assets: list[AssetsDefinition] = []
+    return [a for assets, _ in build_source_defs(config) for a in assets]
+
+
+def build_source_defs(config: SourcesConfig) -> list[tuple[list[AssetsDefinition], SensorDefinition]]:
+    from ingest.defs.sensors import binlog_sensor
+
+    out = []
     for name, source in config.sources.items():
-        for table in resolve_tables(name, source, config):
-            assets += [snapshot_asset(name, source, table, config), silver_asset(name, source, table)]
-    return assets
+        tables = resolve_tables(name, source, config)
+        partitions = batches_partitions(name)
+        assets: list[AssetsDefinition] = []
+        for table in tables:
+            assets += [snapshot_asset(name, source, table, config), silver_asset(name, source, table, partitions)]
+        assets.append(changes_asset(name, source, tables, config, partitions))
+        out.append((assets, binlog_sensor(name, source, tables, partitions)))
+    return out

@@ -47,4 +47,5 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         context.add_output_metadata(to_dagster_metadata({**meta, "table_uri": path}))
 
     def load_input(self, context: InputContext) -> LakeTable:
-        return LakeTable(self.spark.session, self._path(context.asset_key.path))
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        return LakeTable(self.spark.session, self._path(context.asset_key.path), partition)

@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.lake.commits import Txn
+from ingest.lake.commits import Txn, table_version
+from ingest.lake.write import WriteOutcome
 from ingest.lake.merge import DELETED, live_rows, ordered_merge
 from ingest.lake.tables import LakeTable
 
@@ -62,3 +63,75 @@ class SilverFromSnapshot:
             "snapshot_id": meta["snapshot_id"],
             "log_start": log_start.to_metadata(),
         }
+
+
+def truncated_before(spark, path: str) -> int:
+    """The newest TRUNCATE silver has applied: changes older than it are dead on arrival."""
+    from ingest.lake.commits import commits
+
+    return max([int(c.metadata.get("truncated_before") or 0) for c in commits(spark, path)] or [0])
+
+
+@dataclass(frozen=True)
+class SilverFromBatch:
+    """Merge one change batch from bronze into silver, after the latest snapshot if it is not in yet.
+
+    Safe in any order and any number of times: the ordered merge ignores changes
+    older than a row's `_pos`, and a TRUNCATE is remembered in the commit
+    metadata (`truncated_before`) so that older changes arriving later stay dead.
+    """
+
+    source: str
+    table: str
+    bronze: LakeTable
+    snapshot: LakeTable
+
+    def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        from ingest.lake.bronze import META_COLUMNS
+        from ingest.lake.commits import last_commit
+
+        batch = self.bronze.partition
+        snap = self.snapshot.last_commit(kind="snapshot")
+        merged_snapshot = snap is not None and last_commit(
+            spark, path, kind="silver", snapshot_id=snap.metadata.get("snapshot_id")) is not None
+        if not merged_snapshot:
+            SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
+            snap = self.snapshot.last_commit(kind="snapshot")
+        keys = list(snap.metadata["key_columns"])
+        bronze_batch = last_commit(spark, self.bronze.path, kind="bronze", batch=batch)
+        if bronze_batch is None:
+            raise RuntimeError(
+                f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "
+                f"{self.source}/{self.table}/changes for partition {batch} first"
+            )
+        changes = self.bronze.df().where(F.col("_batch") == batch)
+        truncates = [int(r[0]) for r in changes.where("_op = 'truncate'").select("_pos").collect()]
+        cutoff = max([truncated_before(spark, path), *truncates])
+        rows = (changes.where("_op <> 'truncate'")
+                .withColumn("_deleted", (F.col("_op") == "delete") | (F.col("_pos") < F.lit(cutoff)))
+                .drop(*[c for c in META_COLUMNS if c != "_pos"]))
+        meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
+                "end": bronze_batch.metadata.get("end"), "truncated_before": cutoff or None}
+        if set(keys) <= set(rows.columns) and not rows.isEmpty():
+            outcome = ordered_merge(spark, path, rows, keys, meta,
+                                    Txn(f"silver:{self.source}.{self.table}:{batch}", 0))
+        else:  # no change to this table in the batch (bronze may not even have its columns yet)
+            outcome = WriteOutcome(table_version(spark, path), False)
+        if truncates:
+            from delta.tables import DeltaTable
+
+            from ingest.lake.write import session_txn
+
+            # rows already in silver and older than the TRUNCATE become tombstones
+            with session_txn(spark, meta, Txn(f"silver:{self.source}.{self.table}:{batch}:truncate", 0)):
+                DeltaTable.forPath(spark, path).update(
+                    condition=f"_pos < {cutoff} AND NOT _deleted",
+                    set={"_deleted": "true", "_pos": f"CAST({cutoff} AS DECIMAL(38,0))"})
+        log(f"silver {self.source}/{self.table}: merged batch {batch}"
+            + ("" if outcome.committed else " (already merged: nothing to do)"))
+        df = spark.read.format("delta").load(path)
+        return {"rows_live": live_rows(df).count(), "tombstones": df.where(DELETED).count(),
+                "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
+                "end": bronze_batch.metadata.get("end")}

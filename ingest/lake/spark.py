@@ -30,6 +30,9 @@ BASE_CONF: dict[str, str] = {
     # Column mapping by name: source columns may hold spaces or other characters
     # Parquet names cannot, and RENAME / DROP COLUMN in the source map onto it.
     "spark.databricks.delta.properties.defaults.columnMapping.mode": "name",
+    # ADD COLUMN in the source reaches bronze (mergeSchema) and silver (MERGE)
+    # as a new Delta column.
+    "spark.databricks.delta.schema.autoMerge.enabled": "true",
 }
 
 

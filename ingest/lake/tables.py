@@ -21,12 +21,17 @@ def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
     return f"{lake_root.rstrip('/')}/{source}/{table}/{layer}"
 
 
+CHANGES = "changes"
+"""Asset key suffix of a table's change batches; their Delta table is the bronze layer."""
+
+
 def location_for_asset_key(lake_root: str, key_path: Sequence[str]) -> str:
-    """Asset key `source/table` is silver; `source/table/<layer>` is that layer."""
+    """`source/table` is silver, `source/table/changes` bronze, `source/table/snapshot` the snapshot."""
     if len(key_path) == 2:
         return table_location(lake_root, key_path[0], key_path[1], SILVER)
     if len(key_path) == 3:
-        return table_location(lake_root, *key_path)
+        layer = BRONZE if key_path[2] == CHANGES else key_path[2]
+        return table_location(lake_root, key_path[0], key_path[1], layer)
     raise ValueError(f"asset key {'/'.join(key_path)!r} does not name a lake table")
 
 
@@ -36,9 +41,16 @@ class LakeTable:
 
     spark: Any
     path: str
+    partition: str | None = None
+    """The partition (change batch key) the reading asset runs for, if any."""
 
     def df(self):
         return self.spark.read.format("delta").load(self.path)
+
+    def exists(self) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, self.path)
 
     def last_commit(self, **match: Any) -> CommitInfo | None:
         return last_commit(self.spark, self.path, **match)

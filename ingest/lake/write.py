@@ -52,7 +52,7 @@ def session_txn(spark, metadata: dict[str, Any], txn: Txn) -> Iterator[None]:
 
 
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
-           overwrite_schema: bool = False) -> WriteOutcome:
+           overwrite_schema: bool = False, merge_schema: bool = False) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
     Safe to repeat: a second call with the same txn adds nothing.
@@ -68,5 +68,7 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
     )
     if overwrite_schema:
         writer = writer.option("overwriteSchema", "true")
+    if merge_schema:
+        writer = writer.option("mergeSchema", "true")
     writer.save(path)
     return WriteOutcome.after(spark, path, before)

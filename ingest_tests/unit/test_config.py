@@ -30,9 +30,9 @@ def test_good_config_loads(tmp_path):
 
 
 def test_every_field_has_a_docstring():
-    from ingest.config import MySQLSource, SnapshotSettings, TableSelection
+    from ingest.config import CdcSettings, MySQLSource, SnapshotSettings, TableSelection
 
-    for model in (MySQLSource, SnapshotSettings, TableSelection):
+    for model in (MySQLSource, SnapshotSettings, TableSelection, CdcSettings):
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no docstring"
 

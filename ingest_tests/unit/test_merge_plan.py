@@ -36,6 +36,7 @@ def test_user_metadata_round_trip_and_foreign_commits_ignored():
 def test_table_locations_never_nest():
     assert location_for_asset_key("/lake/", ["shop", "orders"]) == "/lake/shop/orders/silver"
     assert location_for_asset_key("/lake", ["shop", "orders", "snapshot"]) == "/lake/shop/orders/snapshot"
+    assert location_for_asset_key("/lake", ["shop", "orders", "changes"]) == "/lake/shop/orders/bronze"
     with pytest.raises(ValueError):
         table_location("/lake", "shop", "orders", "gold")
     with pytest.raises(ValueError):

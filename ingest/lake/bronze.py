@@ -1,0 +1,104 @@
+"""Bronze: the change log of each table, one append per change batch.
+
+Columns: the row image (after the change; for a delete, before it), then
+`_op`, `_pos`, `_ts` (commit time), `_txid` (GTID), `_batch` (partition key)
+and `_before` (the image before an update, as JSON). Columns the source adds
+are added (mergeSchema); columns it drops or renames keep what they held in
+older rows. Silver can be rebuilt from bronze alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from ingest.changes import ChangeRecord
+from ingest.lake.commits import Txn
+from ingest.lake.write import append
+
+META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
+            "`_before` string")
+META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, (Decimal, dt.date, dt.datetime)):
+        return str(value)
+    return value
+
+
+def image_json(image: dict[str, Any] | None) -> str | None:
+    if image is None:
+        return None
+    return json.dumps({k: _json_value(v) for k, v in image.items()}, sort_keys=True, default=str)
+
+
+def columns_of(decoders: Sequence) -> list[tuple[str, str]]:
+    """Every column seen in the batch, first seen first; a later table map's type wins."""
+    seen: dict[str, str] = {}
+    for decoder in decoders:
+        for name, spark_type in decoder.signature:
+            seen[name] = spark_type
+    return list(seen.items())
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
+    """A DataFrame of one table's changes in one batch, through Arrow."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    ddl = ", ".join([*(f"{quote(n)} {t}" for n, t in columns), META_DDL])
+    schema = StructType.fromDDL(ddl) if hasattr(StructType, "fromDDL") else spark.createDataFrame([], ddl).schema
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    data: list[list[Any]] = [[r.row.get(n) for r in records] for n, _ in columns]
+    data += [
+        [r.op.value for r in records],
+        [Decimal(r.pos) for r in records],
+        [r.committed_at for r in records],
+        [r.txid for r in records],
+        [batch_key] * len(records),
+        [image_json(r.before) for r in records],
+    ]
+    arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
+    table = pa.Table.from_arrays(arrays, schema=arrow_schema)
+    return spark.createDataFrame(table)
+
+
+@dataclass(frozen=True)
+class BronzeWrite:
+    """One table's share of a change batch, appended with the batch's positions in the same commit."""
+
+    source: str
+    table: str
+    batch_key: str
+    records: Sequence[ChangeRecord]
+    columns: Sequence[tuple[str, str]]
+    positions: dict[str, Any]
+    """start, end, last GTID and the like: committed with the rows."""
+    extra: dict[str, Any]
+    """Figures for the UI only (lag, headroom)."""
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        df = records_df(spark, self.records, self.columns, self.batch_key)
+        meta = {"kind": "bronze", "source": self.source, "table": self.table, "batch": self.batch_key,
+                **self.positions}
+        outcome = append(df, path, meta, Txn(f"bronze:{self.source}:{self.batch_key}", 0), merge_schema=True)
+        counts: dict[str, int] = {}
+        for r in self.records:
+            counts[r.op.value] = counts.get(r.op.value, 0) + 1
+        log(f"bronze {self.source}/{self.table} batch {self.batch_key}: {len(self.records)} changes "
+            + ("" if outcome.committed else "(already committed: nothing written)"))
+        return {"rows": len(self.records), **{f"rows_{op}": n for op, n in sorted(counts.items())},
+                "committed": outcome.committed, "delta_version": outcome.version, **self.positions, **self.extra}

@@ -1,0 +1,92 @@
+"""Planning and reading change batches: what the sensor and the changes asset call."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.lake.bronze import BronzeWrite, columns_of
+from ingest.sources.mysql.binlog import check_available, check_binlog_settings, read_batch
+from ingest.sources.mysql.errors import BinlogGap
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
+from ingest.sources.mysql.schema import ConnectionParams
+from ingest.sources.mysql.snapshot import master_position
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    batch: BatchRange | None
+    reason: str
+
+
+def plan_next_batch(last_end: BinlogPosition | None, first_start: BinlogPosition | None, head: BinlogPosition,
+                    logs: Sequence[str], max_files: int) -> BatchPlan:
+    """The next batch from the last end (or the snapshots' log start) to the head (pure).
+
+    Contiguous by construction: a batch starts where the last one ended. A
+    backlog longer than `max_files` binlog files is cut at a file start, which
+    is always between transactions.
+    """
+    start = last_end or first_start
+    if start is None:
+        return BatchPlan(None, "no snapshot yet: materialize the snapshot assets; change batches start from them")
+    if head < start:
+        return BatchPlan(None, f"binlog head {head} is before the last batch end {start}: RESET MASTER or "
+                               "another server. Fix: re-snapshot the source's tables")
+    if head == start and last_end is not None:
+        return BatchPlan(None, f"binlog head at {head}: nothing new since the last batch")
+    end = head
+    if head.seq - start.seq >= max_files:
+        base = start.basename
+        later = sorted(split_binlog_file(f)[1] for f in logs if split_binlog_file(f)[1] > start.seq)
+        cut = later[max_files - 1] if len(later) >= max_files else head.seq
+        end = min(head, BinlogPosition(f"{base}.{cut:06d}", 4))
+    return BatchPlan(BatchRange(start, end), "")
+
+
+def head_and_logs(params: ConnectionParams, source: str) -> tuple[BinlogPosition, list[str]]:
+    with params.connect() as conn:
+        check_binlog_settings(conn, source)
+        head = master_position(conn)
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            logs = [r[0] for r in cur.fetchall()]
+    return head, logs
+
+
+def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
+                      key_columns: Mapping[str, Sequence[str]]) -> dict[str, BronzeWrite]:
+    """Read one batch for all tables of a source: one BronzeWrite per table (empty ones too)."""
+    tables = sorted(key_columns)
+    with params.connect() as conn:
+        check_binlog_settings(conn, source)
+        head = master_position(conn)
+        batch = BatchRange.from_key(batch_key, head.basename)
+        logs = check_available(conn, source, batch.start, tables)
+    if head < batch.end:
+        raise BinlogGap(
+            f"source {source}: batch {batch_key} ends at {batch.end}, past the binlog head {head}: the binlog was "
+            "reset (RESET MASTER) or this is another server. Fix: re-snapshot the source's tables"
+        )
+    result = read_batch(params, batch, key_columns)
+    now = dt.datetime.now(dt.timezone.utc)
+    oldest = BinlogPosition(logs[0][0], 4)
+    positions: dict[str, Any] = {
+        "start": batch.start.to_metadata(), "end": (result.end or batch.end).to_metadata(),
+        "requested_end": batch.end.to_metadata(), "last_gtid": result.last_gtid,
+        "transactions": result.transactions,
+    }
+    extra: dict[str, Any] = {
+        "lag_seconds": round((now - result.last_committed_at).total_seconds(), 3) if result.last_committed_at else 0.0,
+        "oldest_binlog": oldest.file,
+        # how many binlog files the server may still purge before this batch's start is lost
+        "retention_headroom_files": batch.start.seq - oldest.seq,
+        "ddl": result.ddl,
+    }
+    return {
+        t: BronzeWrite(source, t, batch_key, result.records.get(t, []), columns_of(result.decoders.get(t, [])),
+                       positions, extra)
+        for t in tables
+    }
