@@ -33,6 +33,9 @@ BASE_CONF: dict[str, str] = {
     # ADD COLUMN in the source reaches bronze (mergeSchema) and silver (MERGE)
     # as a new Delta column.
     "spark.databricks.delta.schema.autoMerge.enabled": "true",
+    # MODIFY COLUMN to a wider type (INT -> BIGINT, FLOAT -> DOUBLE, ...) widens
+    # the Delta column in place instead of failing the append.
+    "spark.databricks.delta.properties.defaults.enableTypeWidening": "true",
 }
 
 

@@ -42,11 +42,18 @@ class CdcHarness:
         spark_res = SparkResource()
         self.resources = {"spark": spark_res, "lake": DeltaLakeIOManager(lake_root=str(self.lake), spark=spark_res)}
 
-    def run(self, keys: list[AssetKey], partition: str | None = None):
+    def run(self, keys: list[AssetKey], partition: str | None = None, expect_success: bool = True):
         result = materialize(self.assets, selection=keys, partition_key=partition, instance=self.instance,
-                             resources=self.resources, tags={"ingest/source": self.name})
-        assert result.success
+                             resources=self.resources, tags={"ingest/source": self.name},
+                             raise_on_error=expect_success)
+        assert result.success == expect_success
         return result
+
+    def failure(self, result) -> str:
+        err = result.get_step_failure_events()[0].step_failure_data.error
+        while err.cause is not None:
+            err = err.cause
+        return err.message
 
     def snapshot(self, tables: list[str] | None = None):
         return self.run([AssetKey([self.name, t, "snapshot"]) for t in tables or self.tables])
@@ -66,10 +73,18 @@ class CdcHarness:
         self.batches.append(key)
         return key
 
-    def run_batch(self, key: str, tables: list[str] | None = None):
+    def run_batch(self, key: str, tables: list[str] | None = None, expect_success: bool = True):
         tables = tables or self.tables
         keys = [AssetKey([self.name, t, "changes"]) for t in self.tables] + [AssetKey([self.name, t]) for t in tables]
-        return self.run(keys, key)
+        return self.run(keys, key, expect_success)
+
+    def add_batch(self) -> str:
+        """Tick the sensor and register its batch without running it."""
+        result = self.tick()
+        key = result.run_requests[0].partition_key
+        self.instance.add_dynamic_partitions(f"{self.name}_batches", [key])
+        self.batches.append(key)
+        return key
 
     def silver_path(self, table: str) -> str:
         return table_location(str(self.lake), self.name, table, "silver")

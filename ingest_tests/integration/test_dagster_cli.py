@@ -30,13 +30,34 @@ def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database
     validate = subprocess.run([dagster, "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, env=env,
                               capture_output=True, text=True)
     assert validate.returncode == 0, validate.stderr[-3000:]
-    run = subprocess.run(
-        [dagster, "asset", "materialize", "-m", "ingest.defs.definitions",
-         "--select", "cli/accounts/snapshot,cli/accounts,cli/ledger/snapshot,cli/ledger"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
-    assert "ingest-test-pw" not in run.stdout + run.stderr
+    def materialize(*args):
+        run = subprocess.run([dagster, "asset", "materialize", "-m", "ingest.defs.definitions", *args],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-5000:]
+        assert "ingest-test-pw" not in run.stdout + run.stderr
+
+    materialize("--select", "cli/accounts/snapshot,cli/ledger/snapshot")
+    # the first change batch: from the snapshots' log start to the binlog head
+    with root.cursor() as cur:
+        cur.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
+        cur.execute("SHOW MASTER STATUS")
+        head_file, head_pos = cur.fetchone()[:2]
+    os.environ["DAGSTER_HOME"] = str(home)
+    try:
+        from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+
+        from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+
+        instance = DagsterInstance.get()
+        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(["cli", "accounts", "snapshot"])),
+                                               limit=1).records[0].asset_materialization.metadata
+        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value),
+                         BinlogPosition(head_file, int(head_pos))).key
+        instance.add_dynamic_partitions("cli_batches", [key])
+        instance.dispose()
+    finally:
+        os.environ.pop("DAGSTER_HOME", None)
+    materialize("--select", "cli/accounts/changes,cli/ledger/changes,cli/accounts,cli/ledger", "--partition", key)
 
     os.environ["DAGSTER_HOME"] = str(home)
     try:
@@ -54,7 +75,8 @@ def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database
         assert snap["min_chunk_position"].value["pos"] >= snap["log_start"].value["pos"]
         assert snap["table_uri"].value.endswith("/lake/cli/accounts/snapshot")
         silver = latest("cli", "accounts")
-        assert silver["rows_live"].value == 5000 and silver["delta_version"].value == 0
+        assert silver["rows_live"].value == 5000 and silver["batch"].value == key
+        assert latest("cli", "accounts", "changes")["rows_update"].value == 1
         assert latest("cli", "ledger")["rows_live"].value == 1200
         instance.dispose()
     finally:

@@ -33,8 +33,9 @@ def plan_next_batch(last_end: BinlogPosition | None, first_start: BinlogPosition
     if start is None:
         return BatchPlan(None, "no snapshot yet: materialize the snapshot assets; change batches start from them")
     if head < start:
-        return BatchPlan(None, f"binlog head {head} is before the last batch end {start}: RESET MASTER or "
-                               "another server. Fix: re-snapshot the source's tables")
+        raise BinlogGap(f"binlog head {head} is before {'the last batch end' if last_end else 'the snapshot log start'} "
+                        f"{start}: RESET MASTER, or another server behind the same address. "
+                        "Fix: re-snapshot the source's tables")
     if head == start and last_end is not None:
         return BatchPlan(None, f"binlog head at {head}: nothing new since the last batch")
     end = head

@@ -1,0 +1,179 @@
+"""CDC edge cases: the type contract through the binlog, DDL mid-stream, gaps and bad settings."""
+
+import time
+
+import pytest
+from dagster import instance_for_test
+
+from ingest.sources.mysql.binlog import read_batch
+from ingest.sources.mysql.errors import BinlogGap, BinlogSettingsError
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+from ingest_tests.integration.test_snapshot_types import GOLDEN_DDL, GOLDEN_ROWS
+
+
+def head(conn) -> BinlogPosition:
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    return BinlogPosition(row[0], int(row[1]))
+
+
+def comparable(df):
+    rows = df.drop("_pos").orderBy("id").collect()
+    return [{k: (bytes(v) if isinstance(v, (bytearray, memoryview)) else v) for k, v in r.asDict().items()}
+            for r in rows]
+
+
+def test_golden_table_through_the_binlog_equals_the_snapshot(spark, mariadb, database, root, tmp_path):
+    from ingest.lake.merge import live_rows
+    from ingest_tests.integration.conftest import snapshot
+
+    with root.cursor() as cur:
+        cur.execute(GOLDEN_DDL)
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["golden"]), tmp_path / "lake", instance)
+        h.snapshot()  # empty table: every golden row below arrives through the binlog
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("INSERT INTO golden VALUES " + ",".join(GOLDEN_ROWS))
+        h.sync()
+        via_binlog = live_rows(spark.read.format("delta").load(h.silver_path("golden")))
+    via_snapshot_path = str(tmp_path / "golden_snapshot")
+    snapshot(spark, h_params(mariadb, database), "golden", via_snapshot_path)
+    via_snapshot = spark.read.format("delta").load(via_snapshot_path)
+    assert via_binlog.count() == 3
+    assert dict(via_binlog.drop("_pos").dtypes) == dict(via_snapshot.drop("_pos").dtypes)
+    assert comparable(via_binlog) == comparable(via_snapshot)
+
+
+def h_params(mariadb, database):
+    from ingest.sources.mysql.schema import ConnectionParams
+
+    return ConnectionParams("127.0.0.1", mariadb.port, "ingest", "ingest-test-pw", database)
+
+
+def test_ddl_mid_stream(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)")
+        cur.execute("INSERT INTO d SELECT seq, seq, CONCAT('b', seq), seq FROM seq_1_to_20")
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["d"]), tmp_path / "lake", instance)
+        h.snapshot()
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("ALTER TABLE d ADD COLUMN e VARCHAR(10) DEFAULT 'e0'")
+            cur.execute("INSERT INTO d (id, a, b, c, e) VALUES (21, 21, 'b21', 21, 'e21')")
+            cur.execute("UPDATE d SET e = 'e1' WHERE id = 1")
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("UPDATE d SET c = -1 WHERE id = 2")  # c still exists here
+            cur.execute("ALTER TABLE d DROP COLUMN c")
+            cur.execute("ALTER TABLE d RENAME COLUMN b TO bb")
+            cur.execute("ALTER TABLE d MODIFY COLUMN a BIGINT")
+            cur.execute("INSERT INTO d (id, a, bb, e) VALUES (22, 9000000000, 'bb22', 'e22')")
+            cur.execute("UPDATE d SET bb = 'renamed' WHERE id = 3")
+        h.sync()
+        live = {r["id"]: r.asDict() for r in h.spark.read.format("delta").load(h.silver_path("d"))
+                .where("NOT _deleted").collect()}
+        assert len(live) == 22
+        assert live[22]["a"] == 9000000000 and live[22]["bb"] == "bb22" and live[22]["e"] == "e22"
+        assert live[3]["bb"] == "renamed" and live[1]["e"] == "e1" and live[21]["e"] == "e21"
+        # bronze keeps what the old columns held
+        bronze = h.spark.read.format("delta").load(h.silver_path("d").replace("/silver", "/bronze"))
+        assert bronze.where("id = 2 AND c = -1").count() == 1  # the dropped column's last value
+        renamed = bronze.where("id = 3").select("b", "bb").collect()
+        assert [tuple(r) for r in renamed] == [(None, "renamed")]  # the old name kept its older rows
+        with root.cursor() as cur:
+            cur.execute("TRUNCATE TABLE d")
+            cur.execute("INSERT INTO d (id, a, bb, e) VALUES (100, 1, 'after', 'x')")
+        h.sync()
+        assert h.live("d", ["id", "bb"]) == [(100, "after")]
+        # re-running every batch, in reverse order, changes nothing
+        for key in reversed(h.batches):
+            h.run_batch(key)
+        assert h.live("d", ["id", "bb"]) == [(100, "after")]
+
+
+def test_purged_binlog_stops_with_the_source_position_and_fix(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE p (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO p VALUES (1)")
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["p"]), tmp_path / "lake", instance)
+        h.snapshot()
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("INSERT INTO p VALUES (2)")
+        key = h.add_batch()  # planned, but not read before the purge
+        needed = BatchRange.from_key(key, "mysql-bin").start.file
+        with root.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")
+            cur.execute("FLUSH BINARY LOGS")
+            current = head(root).file
+            # MariaDB skips logs a binlog dump thread still holds; the last reader's may linger a moment
+            for _ in range(50):
+                cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+                cur.execute("SHOW BINARY LOGS")
+                if needed not in [r[0] for r in cur.fetchall()]:
+                    break
+                time.sleep(0.2)
+            else:
+                pytest.fail(f"{needed} could not be purged")
+        result = h.run_batch(key, expect_success=False)
+        message = h.failure(result)
+        assert "source src" in message and "no longer on the server" in message
+        assert BatchRange.from_key(key, "mysql-bin").start.file in message and "Fix: re-snapshot" in message
+        assert "p" in message
+
+
+@pytest.mark.parametrize("setting, value", [("binlog_format", "STATEMENT"), ("binlog_format", "MIXED"),
+                                            ("binlog_row_image", "MINIMAL"), ("binlog_row_metadata", "MINIMAL")])
+def test_wrong_binlog_settings_are_refused(spark, mariadb, database, root, tmp_path, setting, value):
+    with instance_for_test() as instance:
+        with root.cursor() as cur:
+            cur.execute("CREATE TABLE s (id INT PRIMARY KEY)")
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["s"]), tmp_path / "lake", instance)
+        with root.cursor() as cur:
+            cur.execute(f"SELECT @@{setting}")
+            before = cur.fetchone()[0]
+            cur.execute(f"SET GLOBAL {setting} = '{value}'")
+        try:
+            with pytest.raises(BinlogSettingsError, match=rf"{setting}={value}.*Fix: run the server with"):
+                h.tick()
+        finally:
+            with root.cursor() as cur:
+                cur.execute(f"SET GLOBAL {setting} = '{before}'")
+
+
+def test_transaction_spanning_the_requested_end_is_read_whole(mariadb, database, root):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(100))")
+        start = head(root)
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO t SELECT seq, REPEAT('x', 100) FROM seq_1_to_50")
+        cur.execute("INSERT INTO t SELECT seq, 'y' FROM seq_51_to_60")
+        cur.execute("COMMIT")
+        end = head(root)
+        cur.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}")
+        events = cur.fetchall()
+    rows_ends = [e[4] for e in events if "rows" in e[2].lower() and e[4] < end.pos]
+    middle = BinlogPosition(start.file, rows_ends[0])  # inside the transaction
+    result = read_batch(h_params(mariadb, database), BatchRange(start, middle), {"t": ["id"]})
+    assert len(result.records["t"]) == 60 and result.end == end
+
+
+def test_reset_master_is_a_gap_not_a_skip(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE r (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO r SELECT seq FROM seq_1_to_10")
+        cur.execute("FLUSH BINARY LOGS")  # so the last batch ends past where RESET MASTER restarts
+        cur.execute("INSERT INTO r VALUES (11)")
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["r"]), tmp_path / "lake", instance)
+        h.snapshot()
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("RESET MASTER")
+        with pytest.raises(BinlogGap, match="RESET MASTER.*Fix: re-snapshot"):
+            h.tick()
