@@ -26,6 +26,17 @@ def write_sources(tmp_path: Path, port: int, database: str, tables: list[str], n
     return path
 
 
+def dagster_env(tmp_path: Path, sources: Path) -> dict[str, str]:
+    """Environment for a `dagster` subprocess over the test sources, lake and instance."""
+    import os
+
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("")
+    return {**os.environ, "DAGSTER_HOME": str(home), "INGEST_SOURCES": str(sources),
+            "INGEST_LAKE_ROOT": str(tmp_path / "lake")}
+
+
 @dataclass
 class CdcHarness:
     spark: object

@@ -17,7 +17,7 @@ def test_unknown_table_and_missing_primary_key_fail_clearly(mariadb, root, datab
         "host": "127.0.0.1", "port": mariadb.port, "user": "ingest", "password_env": "ASSET_ERR_PW",
         "database": database, "tables": {"include": ["missing_table", "nopk"]}}}}))
     monkeypatch.setenv("ASSET_ERR_PW", "ingest-test-pw")
-    assets = {a.key.to_user_string(): a for a in build_assets(load_config(path))}
+    assets = {k.to_user_string(): a for a in build_assets(load_config(path)) for k in a.keys}
     spark = SparkResource()  # lazy: the failing assets never start it
     resources = {"spark": spark, "lake": DeltaLakeIOManager(lake_root=str(tmp_path / "lake"), spark=spark)}
     for key, expected in [("s/missing_table/snapshot", "does not exist"), ("s/nopk/snapshot", "has no primary key")]:
@@ -35,7 +35,7 @@ def test_missing_password_variable_is_named(mariadb, database, tmp_path, monkeyp
         "host": "127.0.0.1", "port": mariadb.port, "user": "ingest", "password_env": "NOT_SET_ANYWHERE",
         "database": database, "tables": {"include": ["t"]}}}}))
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
-    (asset,) = [a for a in build_assets(load_config(path)) if a.key.path[-1] == "snapshot"]
+    (asset,) = [a for a in build_assets(load_config(path)) for k in a.keys if k.path[-1] == "snapshot"]
     spark = SparkResource()
     result = materialize([asset], resources={"spark": spark, "lake": DeltaLakeIOManager(
         lake_root=str(tmp_path / "lake"), spark=spark)}, raise_on_error=False)
