@@ -82,13 +82,28 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
     def _changes(context: AssetExecutionContext):
         params = connection_params(source)
         with params.connect() as conn:
+            existing = set(list_tables(conn, source.database))
             keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables.include "
-                                                                     f"({t})").primary_key) for t in tables}
-        writes = read_change_batch(params, name, context.partition_key, keys)
+                                                                     f"({t})").primary_key)
+                    for t in tables if t in existing}
+        for t in tables:
+            if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
+                recorded = snapshot_metadata(context.instance, name, t).get("key_columns")
+                if recorded:
+                    keys[t] = list(recorded.value)
+        writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables)
         for table in tables:
             yield Output(writes[table], output_name=table)
 
     return _changes
+
+
+def snapshot_metadata(instance, name: str, table: str) -> dict:
+    from dagster import AssetRecordsFilter
+
+    records = instance.fetch_materializations(
+        AssetRecordsFilter(asset_key=AssetKey([name, table, "snapshot"])), limit=1).records
+    return dict(records[0].asset_materialization.metadata) if records else {}
 
 
 def silver_asset(name: str, source: MySQLSource, table: str,

@@ -9,7 +9,7 @@ from dagster import (
 
 from ingest.config import MySQLSource
 from ingest.lake.tables import CHANGES
-from ingest.sources.mysql.cdc import head_and_logs, plan_next_batch
+from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import connection_params
 
@@ -28,8 +28,10 @@ def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
 
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                   partitions: DynamicPartitionsDefinition) -> SensorDefinition:
+    batch_assets = [*[AssetKey([name, t, CHANGES]) for t in tables], *[AssetKey([name, t]) for t in tables]]
     selection = AssetSelection.assets(*[AssetKey([name, t, CHANGES]) for t in tables],
-                                      *[AssetKey([name, t]) for t in tables])
+                                      *[AssetKey([name, t]) for t in tables],
+                                      *[AssetKey([name, t, "snapshot"]) for t in tables])
 
     @sensor(
         name=f"{name}_binlog_sensor",
@@ -45,26 +47,37 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         if active:
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
                               "the next batch will cover everything since its end")
-        head, logs = head_and_logs(connection_params(source), name)
+        state = source_state(connection_params(source), name)
         existing = context.instance.get_dynamic_partitions(partitions.name)
-        last_end = max((BatchRange.from_key(k, head.basename).end for k in existing), default=None)
+        last_end = max((BatchRange.from_key(k, state.head.basename).end for k in existing), default=None)
+        # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
+        starts = {t: snapshot_log_start(context.instance, AssetKey([name, t, "snapshot"]))
+                  for t in tables if t in state.tables}
+        unsnapshotted = sorted(t for t, p in starts.items() if p is None)
         first_start = None
         if last_end is None:
-            starts = {t: snapshot_log_start(context.instance, AssetKey([name, t, "snapshot"])) for t in tables}
-            missing = sorted(t for t, p in starts.items() if p is None)
-            if missing:
-                return SkipReason(f"waiting for the snapshots of {', '.join(missing)}: materialize "
-                                  f"{', '.join(f'{name}/{t}/snapshot' for t in missing)}; change batches start "
+            if unsnapshotted or not starts:
+                waiting = unsnapshotted or tables
+                return SkipReason(f"waiting for the snapshots of {', '.join(waiting)}: materialize "
+                                  f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start "
                                   "from the earliest snapshot position")
             first_start = min(starts.values())
-        plan = plan_next_batch(last_end, first_start, head, logs, source.cdc.max_batch_files)
-        if plan.batch is None:
+        requests = []
+        if last_end is not None and unsnapshotted:
+            # an included table created after CDC started: snapshot it; its silver catches up from bronze
+            requests.append(RunRequest(
+                run_key=f"snapshot:{','.join(unsnapshotted)}:{state.head}", tags={SOURCE_TAG: name},
+                asset_selection=[AssetKey([name, t, "snapshot"]) for t in unsnapshotted]))
+        plan = plan_next_batch(last_end, first_start, state.head, state.logs, source.cdc.max_batch_files)
+        if plan.batch is None and not requests:
             return SkipReason(plan.reason)
-        key = plan.batch.key
-        context.update_cursor(key)
-        return SensorResult(
-            run_requests=[RunRequest(run_key=key, partition_key=key, tags={SOURCE_TAG: name})],
-            dynamic_partitions_requests=[partitions.build_add_request([key])],
-        )
+        adds = []
+        if plan.batch is not None:
+            key = plan.batch.key
+            context.update_cursor(key)
+            requests.append(RunRequest(run_key=key, partition_key=key, tags={SOURCE_TAG: name},
+                                       asset_selection=batch_assets))
+            adds.append(partitions.build_add_request([key]))
+        return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 
     return _sensor

@@ -65,6 +65,16 @@ class SilverFromSnapshot:
         }
 
 
+def _bronze_to_silver_rows(changes, cutoff: int):
+    from pyspark.sql import functions as F
+
+    from ingest.lake.bronze import META_COLUMNS
+
+    return (changes.where("_op <> 'truncate'")
+            .withColumn("_deleted", (F.col("_op") == "delete") | (F.col("_pos") < F.lit(cutoff)))
+            .drop(*[c for c in META_COLUMNS if c != "_pos"]))
+
+
 def truncated_before(spark, path: str) -> int:
     """The newest TRUNCATE silver has applied: changes older than it are dead on arrival."""
     from ingest.lake.commits import commits
@@ -89,17 +99,21 @@ class SilverFromBatch:
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
-        from ingest.lake.bronze import META_COLUMNS
         from ingest.lake.commits import last_commit
 
         batch = self.bronze.partition
         snap = self.snapshot.last_commit(kind="snapshot")
-        merged_snapshot = snap is not None and last_commit(
-            spark, path, kind="silver", snapshot_id=snap.metadata.get("snapshot_id")) is not None
-        if not merged_snapshot:
-            SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
-            snap = self.snapshot.last_commit(kind="snapshot")
+        if snap is None or not snap.metadata.get("complete"):
+            # A table created after CDC started (the sensor asks for its snapshot), or one whose
+            # snapshot is still running: nothing to merge into yet. The snapshot's first merge
+            # below catches up on every change since its log start, this batch's included.
+            log(f"silver {self.source}/{self.table}: no finished snapshot yet; batch {batch} waits for it")
+            return {"waiting_for_snapshot": True, "batch": batch}
+        merged_snapshot = last_commit(spark, path, kind="silver", snapshot_id=snap.metadata.get("snapshot_id"))
         keys = list(snap.metadata["key_columns"])
+        if merged_snapshot is None:
+            SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
+            self._catch_up(spark, path, snap, keys, batch, log)
         bronze_batch = last_commit(spark, self.bronze.path, kind="bronze", batch=batch)
         if bronze_batch is None:
             raise RuntimeError(
@@ -109,9 +123,7 @@ class SilverFromBatch:
         changes = self.bronze.df().where(F.col("_batch") == batch)
         truncates = [int(r[0]) for r in changes.where("_op = 'truncate'").select("_pos").collect()]
         cutoff = max([truncated_before(spark, path), *truncates])
-        rows = (changes.where("_op <> 'truncate'")
-                .withColumn("_deleted", (F.col("_op") == "delete") | (F.col("_pos") < F.lit(cutoff)))
-                .drop(*[c for c in META_COLUMNS if c != "_pos"]))
+        rows = _bronze_to_silver_rows(changes, cutoff)
         meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
                 "end": bronze_batch.metadata.get("end"), "truncated_before": cutoff or None}
         if set(keys) <= set(rows.columns) and not rows.isEmpty():
@@ -135,3 +147,25 @@ class SilverFromBatch:
         return {"rows_live": live_rows(df).count(), "tombstones": df.where(DELETED).count(),
                 "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
                 "end": bronze_batch.metadata.get("end")}
+
+    def _catch_up(self, spark: Any, path: str, snap, keys: list[str], batch: str, log) -> None:
+        """After a snapshot's first merge: every change in bronze since its log start, other
+        batches included, so that batches which ran before the snapshot existed are not lost."""
+        from pyspark.sql import functions as F
+
+        from ingest.sources.mysql.positions import BinlogPosition
+
+        if not self.bronze.exists():
+            return
+        start = BinlogPosition.from_metadata(snap.metadata["log_start"]).row_pos()
+        since = self.bronze.df().where((F.col("_pos") >= F.lit(start)) & (F.col("_batch") != batch))
+        if not set(keys) <= set(since.columns) or since.isEmpty():
+            return
+        cutoff = truncated_before(spark, path)
+        truncates = [int(r[0]) for r in since.where("_op = 'truncate'").select("_pos").collect()]
+        cutoff = max([cutoff, *truncates])
+        meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap.metadata["log_start"],
+                "snapshot_id": snap.metadata["snapshot_id"], "truncated_before": cutoff or None}
+        ordered_merge(spark, path, _bronze_to_silver_rows(since, cutoff), keys, meta,
+                      Txn(f"silver:{self.source}.{self.table}:catchup:{snap.metadata['snapshot_id']}", 0))
+        log(f"silver {self.source}/{self.table}: caught up on bronze since {snap.metadata['log_start']}")

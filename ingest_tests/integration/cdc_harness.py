@@ -78,10 +78,15 @@ class CdcHarness:
         result = self.tick()
         if not isinstance(result, SensorResult) or not result.run_requests:
             return None
-        key = result.run_requests[0].partition_key
-        self.instance.add_dynamic_partitions(f"{self.name}_batches", [key])
-        self.run_batch(key)
-        self.batches.append(key)
+        key = None
+        for request in result.run_requests:
+            if request.partition_key is None:  # a snapshot the sensor asks for
+                self.run(list(request.asset_selection))
+                continue
+            key = request.partition_key
+            self.instance.add_dynamic_partitions(f"{self.name}_batches", [key])
+            self.run(list(request.asset_selection), key)
+            self.batches.append(key)
         return key
 
     def run_batch(self, key: str, tables: list[str] | None = None, expect_success: bool = True):
@@ -92,7 +97,7 @@ class CdcHarness:
     def add_batch(self) -> str:
         """Tick the sensor and register its batch without running it."""
         result = self.tick()
-        key = result.run_requests[0].partition_key
+        (key,) = [r.partition_key for r in result.run_requests if r.partition_key]
         self.instance.add_dynamic_partitions(f"{self.name}_batches", [key])
         self.batches.append(key)
         return key

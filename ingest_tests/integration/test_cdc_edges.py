@@ -177,3 +177,31 @@ def test_reset_master_is_a_gap_not_a_skip(spark, mariadb, database, root, tmp_pa
             cur.execute("RESET MASTER")
         with pytest.raises(BinlogGap, match="RESET MASTER.*Fix: re-snapshot"):
             h.tick()
+
+
+def test_create_and_drop_of_included_tables(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE keep (id INT PRIMARY KEY)")
+        cur.execute("CREATE TABLE gone (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO keep SELECT seq FROM seq_1_to_5")
+        cur.execute("INSERT INTO gone SELECT seq, seq FROM seq_1_to_5")
+    sources = write_sources(tmp_path, mariadb.port, database, ["keep", "gone", "later"])
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, sources, tmp_path / "lake", instance)
+        skip = h.tick()  # `later` does not exist: only the others' snapshots are awaited
+        assert "keep" in skip.skip_message and "gone" in skip.skip_message and "later" not in skip.skip_message
+        h.snapshot(["keep", "gone"])
+        h.sync()
+        assert h.live("gone", ["id"]) == [(i,) for i in range(1, 6)]
+        with root.cursor() as cur:
+            cur.execute("DROP TABLE gone")
+            cur.execute("CREATE TABLE later (id INT PRIMARY KEY, v VARCHAR(5))")
+            cur.execute("INSERT INTO later VALUES (1, 'a'), (2, 'b')")
+        h.sync()  # the sensor snapshots `later` and runs the batch holding the DROP
+        assert h.live("gone", ["id"]) == []
+        with root.cursor() as cur:
+            cur.execute("UPDATE later SET v = 'z' WHERE id = 1")
+            cur.execute("INSERT INTO keep VALUES (6)")
+        h.sync()
+        assert h.live("later", ["id", "v"]) == [(1, "z"), (2, "b")]
+        assert h.live("keep", ["id"]) == [(i,) for i in range(1, 7)]

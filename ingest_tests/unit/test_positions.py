@@ -57,3 +57,30 @@ def test_encode_refuses_out_of_range(args):
 def test_from_metadata_refuses_garbage():
     with pytest.raises(ValueError, match="not a binlog position"):
         BinlogPosition.from_metadata({"pos": 3})
+
+
+def test_batch_key_round_trip_and_refusals():
+    from ingest.sources.mysql.positions import BatchRange
+
+    batch = BatchRange(BinlogPosition("mysql-bin.000003", 1234), BinlogPosition("mysql-bin.000004", 4))
+    assert batch.key == "000003.0000001234-000004.0000000004"
+    assert BatchRange.from_key(batch.key, "mysql-bin") == batch
+    with pytest.raises(ValueError, match="not a change batch key"):
+        BatchRange.from_key("3:1234-4:4", "mysql-bin")
+    with pytest.raises(ValueError, match="before its start"):
+        BatchRange(batch.end, batch.start)
+
+
+def test_next_batch_plan():
+    from ingest.sources.mysql.cdc import plan_next_batch
+    from ingest.sources.mysql.errors import BinlogGap
+
+    p = lambda seq, pos: BinlogPosition(f"b.{seq:06d}", pos)  # noqa: E731
+    logs = [f"b.{n:06d}" for n in range(1, 6)]
+    assert plan_next_batch(None, None, p(1, 9), logs, 1).batch is None  # no snapshot yet
+    assert plan_next_batch(None, p(1, 4), p(1, 4), logs, 1).batch.key.endswith("000001.0000000004")  # first, empty
+    assert "nothing new" in plan_next_batch(p(1, 9), None, p(1, 9), logs, 1).reason
+    assert plan_next_batch(p(1, 9), None, p(1, 50), logs, 1).batch.end == p(1, 50)
+    assert plan_next_batch(p(1, 9), None, p(5, 50), logs, 2).batch.end == p(3, 4)  # cut at a file start
+    with pytest.raises(BinlogGap, match="RESET MASTER"):
+        plan_next_batch(p(3, 9), None, p(1, 50), logs, 1)

@@ -189,12 +189,12 @@ def read_batch(params: ConnectionParams, batch: BatchRange, key_columns: Mapping
 
 
 def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> None:
-    import re
+    """TRUNCATE and DROP TABLE of a tracked table empty it: a TRUNCATE record at this position."""
+    from ingest.sources.mysql.events import emptied_tables
 
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
     result.ddl.append(query)
-    match = re.match(r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", query, re.IGNORECASE)
-    if match and (match.group(1) or schema) == database and match.group(2) in key_columns:
-        table = match.group(2)
-        result.records.setdefault(table, []).append(
-            ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))
+    for table in emptied_tables(query, schema, database):
+        if table in key_columns:
+            result.records.setdefault(table, []).append(
+                ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))

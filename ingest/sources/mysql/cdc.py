@@ -47,25 +47,39 @@ def plan_next_batch(last_end: BinlogPosition | None, first_start: BinlogPosition
     return BatchPlan(BatchRange(start, end), "")
 
 
-def head_and_logs(params: ConnectionParams, source: str) -> tuple[BinlogPosition, list[str]]:
+@dataclass(frozen=True)
+class SourceState:
+    head: BinlogPosition
+    logs: list[str]
+    tables: list[str]
+    """Base tables that exist in the source database now."""
+
+
+def source_state(params: ConnectionParams, source: str) -> SourceState:
+    """What the sensor polls: settings checked, the binlog head, the binlogs and the tables."""
+    from ingest.sources.mysql.schema import list_tables
+
     with params.connect() as conn:
         check_binlog_settings(conn, source)
         head = master_position(conn)
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
             logs = [r[0] for r in cur.fetchall()]
-    return head, logs
+        tables = list_tables(conn, params.database)
+    return SourceState(head, logs, tables)
 
 
 def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
-                      key_columns: Mapping[str, Sequence[str]]) -> dict[str, BronzeWrite]:
-    """Read one batch for all tables of a source: one BronzeWrite per table (empty ones too)."""
-    tables = sorted(key_columns)
+                      key_columns: Mapping[str, Sequence[str]],
+                      all_tables: Sequence[str] | None = None) -> dict[str, BronzeWrite]:
+    """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
+    `all_tables` (tables with no key known get an empty one)."""
+    tables = sorted(all_tables or key_columns)
     with params.connect() as conn:
         check_binlog_settings(conn, source)
         head = master_position(conn)
         batch = BatchRange.from_key(batch_key, head.basename)
-        logs = check_available(conn, source, batch.start, tables)
+        logs = check_available(conn, source, batch.start, sorted(key_columns))
     if head < batch.end:
         raise BinlogGap(
             f"source {source}: batch {batch_key} ends at {batch.end}, past the binlog head {head}: the binlog was "

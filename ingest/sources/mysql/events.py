@@ -10,6 +10,7 @@ uses, so both paths end in the same converters.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,30 @@ def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: 
                 out.append(ChangeRecord(table, ChangeOp.UPDATE, event_end.row_pos(index), after, before,
                                         committed_at, txid))
         index += 1
+    return out
+
+
+_IDENT = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"
+_QUALIFIED = re.compile(rf"{_IDENT}(?:\s*\.\s*{_IDENT})?")
+_EMPTYING = re.compile(r"^\s*(?:/\*.*?\*/\s*)?(TRUNCATE(?:\s+TABLE)?|DROP\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?)\s+(.*)$",
+                       re.IGNORECASE | re.DOTALL)
+
+
+def emptied_tables(query: str, default_schema: str | None, database: str) -> list[str]:
+    """Tables of `database` a TRUNCATE or DROP TABLE statement empties (pure)."""
+    match = _EMPTYING.match(query)
+    if not match:
+        return []
+    if match.group(1).upper().startswith("DROP") and "TEMPORARY" in match.group(1).upper():
+        return []
+    out = []
+    rest = re.sub(r"/\*.*?\*/", "", match.group(2), flags=re.DOTALL)
+    for name in _QUALIFIED.finditer(rest):
+        first = (name.group(1) or "").replace("``", "`") or name.group(2)
+        second = (name.group(3) or "").replace("``", "`") or name.group(4)
+        schema, table = (first, second) if second else (default_schema, first)
+        if table and table.upper() not in ("CASCADE", "RESTRICT") and schema == database:
+            out.append(table)
     return out
 
 

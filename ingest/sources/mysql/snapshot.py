@@ -279,6 +279,7 @@ class SnapshotWrite:
             "chunks": progress.chunks_total,
             "resumed_from_wave": -1 if progress.resumed_from_wave is None else progress.resumed_from_wave,
             "log_start": progress.log_start.to_metadata(),
+            "key_columns": list(self.schema.primary_key),
             "delta_version": table_version(spark, path),
         }
         if stats["lo"] is not None:
