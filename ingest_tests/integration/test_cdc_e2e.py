@@ -7,8 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+from ingest.lake.commits import commits
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
+from ingest_tests.conftest import free_port
 from ingest_tests.integration.cdc_harness import dagster_env, write_sources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
                            "src/live/snapshot"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert snap.returncode == 0, snap.stderr[-3000:]
     log = tmp_path / "dagster_dev.log"
-    port = str(__import__("ingest_tests.conftest", fromlist=["free_port"]).free_port())
+    port = str(free_port())
     dev = subprocess.Popen([DAGSTER, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", port], cwd=ROOT,
                            env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     silver = table_location(str(tmp_path / "lake"), "src", "live", "silver")
@@ -125,3 +127,52 @@ def test_batch_run_killed_midway_reruns_without_duplicates_or_loss(spark, mariad
         with root.cursor() as cur:
             cur.execute(f"SELECT id, v FROM {table}")
             assert got == sorted(cur.fetchall())
+
+
+def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, database, root, tmp_path):
+    """Fencing: the txn id per source and batch lets one of two racing writers commit, never both."""
+    from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+
+    from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE race (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO race SELECT seq, 0 FROM seq_1_to_500")
+    sources = write_sources(tmp_path, mariadb.port, database, ["race"])
+    env = dagster_env(tmp_path, sources)
+    base = [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions"]
+    snap = subprocess.run([*base, "--select", "src/race/snapshot"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert snap.returncode == 0, snap.stderr[-3000:]
+    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
+    try:
+        instance = DagsterInstance.get()
+        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(["src", "race", "snapshot"])),
+                                               limit=1).records[0].asset_materialization.metadata
+        with root.cursor() as cur:
+            cur.execute("UPDATE race SET v = v + 1 WHERE id <= 300")
+            cur.execute("INSERT INTO race SELECT seq, 9 FROM seq_1000_to_1200")
+            cur.execute("SHOW MASTER STATUS")
+            f, p = cur.fetchone()[:2]
+        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value), BinlogPosition(f, int(p))).key
+        instance.add_dynamic_partitions("src_batches", [key])
+        instance.dispose()
+    finally:
+        os.environ.pop("DAGSTER_HOME", None)
+    cmd = [*base, "--select", "src/race/changes,src/race", "--partition", key]
+    racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for _ in range(2)]
+    outcomes = [(r.wait(600), r.stdout.read()) for r in racers]
+    assert any(code == 0 for code, _ in outcomes), outcomes[0][1][-3000:]
+    bronze = spark.read.format("delta").load(table_location(str(tmp_path / "lake"), "src", "race", "bronze"))
+    assert bronze.count() == 501 == bronze.select("_pos").distinct().count()  # 300 updates + 201 inserts, once
+    bronze_commits = commits(spark, table_location(str(tmp_path / "lake"), "src", "race", "bronze"))
+    assert sum(1 for c in bronze_commits if c.metadata.get("batch") == key) == 1
+    # whichever lost, a re-run converges and silver equals the source
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    got = sorted(tuple(r) for r in live_rows(spark.read.format("delta").load(
+        table_location(str(tmp_path / "lake"), "src", "race", "silver"))).select("id", "v").collect())
+    with root.cursor() as cur:
+        cur.execute("SELECT id, v FROM race")
+        assert got == sorted(cur.fetchall())
