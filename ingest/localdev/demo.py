@@ -1,6 +1,7 @@
 """The demo source: a small shop database in the throwaway MariaDB.
 
     python -m ingest.localdev.demo --port 3407   # creates shop.*, the ingest user; idempotent
+    python -m ingest.localdev.demo --port 3407 --write-every 2   # then a small transaction every 2 s
 """
 
 from __future__ import annotations
@@ -57,12 +58,40 @@ def seed(server: MariaDBServer, database: str = "shop", customers: int = 2_000, 
                     "GROUP BY order_id) l ON l.order_id = o.id SET o.total = l.s")
 
 
+def write_forever(server: MariaDBServer, every: float, database: str = "shop") -> None:
+    """Small shop transactions, one every `every` seconds, so the binlog sensor has work."""
+    import random
+    import time
+
+    rng = random.Random()
+    conn = server.connect(database=database)
+    with conn, conn.cursor() as cur:
+        while True:
+            cur.execute("BEGIN")
+            cur.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM orders")
+            order = cur.fetchone()[0]
+            cur.execute("INSERT INTO orders VALUES (%s, %s, UTC_TIMESTAMP(6), 'new', 0)",
+                        (order, rng.randint(1, 2000)))
+            for line in range(1, rng.randint(2, 4)):
+                cur.execute("INSERT INTO order_lines VALUES (%s, %s, %s, %s, %s)",
+                            (order, line, f"SKU-{rng.randint(1, 200):04d}", rng.randint(1, 5), rng.randint(100, 9999) / 100))
+            cur.execute("UPDATE orders SET total = (SELECT SUM(qty * unit_price) FROM order_lines WHERE order_id = %s) "
+                        "WHERE id = %s", (order, order))
+            cur.execute("UPDATE orders SET status = 'paid' WHERE id = %s", (rng.randint(1, order),))
+            if rng.random() < 0.2:
+                cur.execute("DELETE FROM order_lines WHERE order_id = %s", (rng.randint(1, order),))
+            cur.execute("COMMIT")
+            time.sleep(every)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ingest.localdev.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datadir", default=None)
     parser.add_argument("--port", type=int, default=3407)
     parser.add_argument("--password-env", default="DEMO_MYSQL_PASSWORD")
+    parser.add_argument("--write-every", type=float, default=None, metavar="SECONDS",
+                        help="after seeding, keep writing a small transaction every SECONDS (runs until stopped)")
     args = parser.parse_args(argv)
     from ingest.paths import local_dir
 
@@ -75,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     server.create_ingest_user("ingest", password)
     seed(server)
     print(f"demo MariaDB on 127.0.0.1:{args.port} (pid {server.pid()}), database shop seeded")
+    if args.write_every:
+        write_forever(server, args.write_every)
     return 0
 
 
