@@ -91,7 +91,8 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                 recorded = snapshot_metadata(context.instance, name, t).get("key_columns")
                 if recorded:
                     keys[t] = list(recorded.value)
-        writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables)
+        writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
+                                   previous_server_id=last_server_id(context.instance, name, tables))
         for table in tables:
             yield Output(writes[table], output_name=table)
 
@@ -104,6 +105,18 @@ def snapshot_metadata(instance, name: str, table: str) -> dict:
     records = instance.fetch_materializations(
         AssetRecordsFilter(asset_key=AssetKey([name, table, "snapshot"])), limit=1).records
     return dict(records[0].asset_materialization.metadata) if records else {}
+
+
+def last_server_id(instance, name: str, tables: list[str]) -> int | None:
+    """The server_id recorded by the newest change batch of the source, if any."""
+    from dagster import AssetRecordsFilter
+
+    for t in tables:
+        records = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=AssetKey([name, t, CHANGES])), limit=1).records
+        if records and "server_id" in records[0].asset_materialization.metadata:
+            return int(records[0].asset_materialization.metadata["server_id"].value)
+    return None
 
 
 def silver_asset(name: str, source: MySQLSource, table: str,

@@ -108,3 +108,33 @@ class CdcHarness:
     def live(self, table: str, columns: list[str]):
         df = live_rows(self.spark.read.format("delta").load(self.silver_path(table)))
         return sorted(tuple(r) for r in df.select(*columns).collect())
+
+
+def register_batch_to_head(env: dict[str, str], root_conn, source: str, table: str) -> str:
+    """Add the partition from `table`'s snapshot log start to the binlog head, in the instance at
+    env's DAGSTER_HOME (as the sensor would for the first batch); returns its key."""
+    import os
+
+    from dagster import AssetRecordsFilter
+
+    from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+
+    with root_conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        head_file, head_pos = cur.fetchone()[:2]
+    previous = os.environ.get("DAGSTER_HOME")
+    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
+    try:
+        instance = DagsterInstance.get()
+        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey([source, table, "snapshot"])),
+                                               limit=1).records[0].asset_materialization.metadata
+        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value),
+                         BinlogPosition(head_file, int(head_pos))).key
+        instance.add_dynamic_partitions(f"{source}_batches", [key])
+        instance.dispose()
+    finally:
+        if previous is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = previous
+    return key

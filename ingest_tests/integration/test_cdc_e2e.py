@@ -11,7 +11,7 @@ from ingest.lake.commits import commits
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
 from ingest_tests.conftest import free_port
-from ingest_tests.integration.cdc_harness import dagster_env, write_sources
+from ingest_tests.integration.cdc_harness import dagster_env, register_batch_to_head, write_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
@@ -68,10 +68,6 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
 
 
 def test_batch_run_killed_midway_reruns_without_duplicates_or_loss(spark, mariadb, database, root, tmp_path):
-    from dagster import DagsterInstance
-
-    from ingest.sources.mysql.positions import BatchRange, BinlogPosition
-
     with root.cursor() as cur:
         cur.execute("CREATE TABLE ka (id INT PRIMARY KEY, v INT)")
         cur.execute("CREATE TABLE kb (id INT PRIMARY KEY, v INT)")
@@ -90,25 +86,11 @@ def test_batch_run_killed_midway_reruns_without_duplicates_or_loss(spark, mariad
                                 start_new_session=True)
 
     materialize("--select", "src/ka/snapshot,src/kb/snapshot")
-    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
-    try:
-        from dagster import AssetKey, AssetRecordsFilter
-
-        instance = DagsterInstance.get()
-        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(["src", "ka", "snapshot"])),
-                                               limit=1).records[0].asset_materialization.metadata
-        start = BinlogPosition.from_metadata(meta["log_start"].value)
-        with root.cursor() as cur:
-            cur.execute("UPDATE ka SET v = v + 1")
-            cur.execute("DELETE FROM kb WHERE id % 2 = 0")
-            cur.execute("INSERT INTO ka SELECT seq, 7 FROM seq_2000_to_4000")
-            cur.execute("SHOW MASTER STATUS")
-            f, p = cur.fetchone()[:2]
-        key = BatchRange(start, BinlogPosition(f, int(p))).key
-        instance.add_dynamic_partitions("src_batches", [key])
-        instance.dispose()
-    finally:
-        os.environ.pop("DAGSTER_HOME", None)
+    with root.cursor() as cur:
+        cur.execute("UPDATE ka SET v = v + 1")
+        cur.execute("DELETE FROM kb WHERE id % 2 = 0")
+        cur.execute("INSERT INTO ka SELECT seq, 7 FROM seq_2000_to_4000")
+    key = register_batch_to_head(env, root, "src", "ka")
 
     selection = ["--select", "src/ka/changes,src/kb/changes,src/ka,src/kb", "--partition", key]
     bronze_log = Path(table_location(str(tmp_path / "lake"), "src", "ka", "bronze")) / "_delta_log"
@@ -131,10 +113,6 @@ def test_batch_run_killed_midway_reruns_without_duplicates_or_loss(spark, mariad
 
 def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, database, root, tmp_path):
     """Fencing: the txn id per source and batch lets one of two racing writers commit, never both."""
-    from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
-
-    from ingest.sources.mysql.positions import BatchRange, BinlogPosition
-
     with root.cursor() as cur:
         cur.execute("CREATE TABLE race (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO race SELECT seq, 0 FROM seq_1_to_500")
@@ -144,21 +122,10 @@ def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, databas
     snap = subprocess.run([*base, "--select", "src/race/snapshot"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert snap.returncode == 0, snap.stderr[-3000:]
-    os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
-    try:
-        instance = DagsterInstance.get()
-        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(["src", "race", "snapshot"])),
-                                               limit=1).records[0].asset_materialization.metadata
-        with root.cursor() as cur:
-            cur.execute("UPDATE race SET v = v + 1 WHERE id <= 300")
-            cur.execute("INSERT INTO race SELECT seq, 9 FROM seq_1000_to_1200")
-            cur.execute("SHOW MASTER STATUS")
-            f, p = cur.fetchone()[:2]
-        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value), BinlogPosition(f, int(p))).key
-        instance.add_dynamic_partitions("src_batches", [key])
-        instance.dispose()
-    finally:
-        os.environ.pop("DAGSTER_HOME", None)
+    with root.cursor() as cur:
+        cur.execute("UPDATE race SET v = v + 1 WHERE id <= 300")
+        cur.execute("INSERT INTO race SELECT seq, 9 FROM seq_1000_to_1200")
+    key = register_batch_to_head(env, root, "src", "race")
     cmd = [*base, "--select", "src/race/changes,src/race", "--partition", key]
     racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
               for _ in range(2)]

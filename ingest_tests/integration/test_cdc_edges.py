@@ -205,3 +205,24 @@ def test_create_and_drop_of_included_tables(spark, mariadb, database, root, tmp_
         h.sync()
         assert h.live("later", ["id", "v"]) == [(1, "z"), (2, "b")]
         assert h.live("keep", ["id"]) == [(i,) for i in range(1, 7)]
+
+
+def test_changed_server_identity_is_a_gap(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE ident (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO ident VALUES (1)")
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["ident"]), tmp_path / "lake", instance)
+        h.snapshot()
+        h.sync()
+        with root.cursor() as cur:
+            cur.execute("SET GLOBAL server_id = 77")  # as if another server answered at the same address
+            cur.execute("INSERT INTO ident VALUES (2)")
+        try:
+            key = h.add_batch()
+            message = h.failure(h.run_batch(key, expect_success=False))
+        finally:
+            with root.cursor() as cur:
+                cur.execute("SET GLOBAL server_id = 1")
+        assert "server_id 1 wrote the earlier batches, 77 answers now" in message and "Fix: re-snapshot" in message
+        assert h.live("ident", ["id"]) == [(1,)]  # nothing half-applied

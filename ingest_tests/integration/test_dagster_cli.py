@@ -7,6 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from ingest_tests.integration.cdc_harness import register_batch_to_head
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -40,23 +42,7 @@ def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database
     # the first change batch: from the snapshots' log start to the binlog head
     with root.cursor() as cur:
         cur.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
-        cur.execute("SHOW MASTER STATUS")
-        head_file, head_pos = cur.fetchone()[:2]
-    os.environ["DAGSTER_HOME"] = str(home)
-    try:
-        from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
-
-        from ingest.sources.mysql.positions import BatchRange, BinlogPosition
-
-        instance = DagsterInstance.get()
-        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(["cli", "accounts", "snapshot"])),
-                                               limit=1).records[0].asset_materialization.metadata
-        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value),
-                         BinlogPosition(head_file, int(head_pos))).key
-        instance.add_dynamic_partitions("cli_batches", [key])
-        instance.dispose()
-    finally:
-        os.environ.pop("DAGSTER_HOME", None)
+    key = register_batch_to_head(env, root, "cli", "accounts")
     materialize("--select", "cli/accounts/changes,cli/ledger/changes,cli/accounts,cli/ledger", "--partition", key)
 
     os.environ["DAGSTER_HOME"] = str(home)

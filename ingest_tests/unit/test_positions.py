@@ -84,3 +84,13 @@ def test_next_batch_plan():
     assert plan_next_batch(p(1, 9), None, p(5, 50), logs, 2).batch.end == p(3, 4)  # cut at a file start
     with pytest.raises(BinlogGap, match="RESET MASTER"):
         plan_next_batch(p(3, 9), None, p(1, 50), logs, 1)
+
+
+def test_server_identity_check():
+    from ingest.sources.mysql.cdc import check_server_identity
+    from ingest.sources.mysql.errors import BinlogGap
+
+    check_server_identity("s", None, 5)
+    check_server_identity("s", 5, 5)
+    with pytest.raises(BinlogGap, match="server_id 5 wrote the earlier batches, 6 answers now"):
+        check_server_identity("s", 5, 6)

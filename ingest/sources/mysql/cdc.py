@@ -69,14 +69,29 @@ def source_state(params: ConnectionParams, source: str) -> SourceState:
     return SourceState(head, logs, tables)
 
 
+def check_server_identity(source: str, previous: int | None, current: int) -> None:
+    """Positions only mean something on the server that wrote them (pure)."""
+    if previous is not None and previous != current:
+        raise BinlogGap(
+            f"source {source}: the server's identity changed (server_id {previous} wrote the earlier batches, "
+            f"{current} answers now): a failover or another server behind the same address, whose binlog "
+            "positions do not continue the old ones. Fix: re-snapshot the source's tables"
+        )
+
+
 def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
                       key_columns: Mapping[str, Sequence[str]],
-                      all_tables: Sequence[str] | None = None) -> dict[str, BronzeWrite]:
+                      all_tables: Sequence[str] | None = None,
+                      previous_server_id: int | None = None) -> dict[str, BronzeWrite]:
     """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
     `all_tables` (tables with no key known get an empty one)."""
     tables = sorted(all_tables or key_columns)
     with params.connect() as conn:
         check_binlog_settings(conn, source)
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id")
+            server_id = int(cur.fetchone()[0])
+        check_server_identity(source, previous_server_id, server_id)
         head = master_position(conn)
         batch = BatchRange.from_key(batch_key, head.basename)
         logs = check_available(conn, source, batch.start, sorted(key_columns))
@@ -91,7 +106,7 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
     positions: dict[str, Any] = {
         "start": batch.start.to_metadata(), "end": (result.end or batch.end).to_metadata(),
         "requested_end": batch.end.to_metadata(), "last_gtid": result.last_gtid,
-        "transactions": result.transactions,
+        "transactions": result.transactions, "server_id": server_id,
     }
     extra: dict[str, Any] = {
         "lag_seconds": round((now - result.last_committed_at).total_seconds(), 3) if result.last_committed_at else 0.0,
