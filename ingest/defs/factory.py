@@ -88,7 +88,7 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                     for t in tables if t in existing}
         for t in tables:
             if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
-                recorded = snapshot_metadata(context.instance, name, t).get("key_columns")
+                recorded = latest_metadata(context.instance, AssetKey([name, t, "snapshot"])).get("key_columns")
                 if recorded:
                     keys[t] = list(recorded.value)
         writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
@@ -99,23 +99,20 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
     return _changes
 
 
-def snapshot_metadata(instance, name: str, table: str) -> dict:
+def latest_metadata(instance, key: AssetKey) -> dict:
+    """The metadata of an asset's newest materialization ({} when it has none)."""
     from dagster import AssetRecordsFilter
 
-    records = instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey([name, table, "snapshot"])), limit=1).records
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=1).records
     return dict(records[0].asset_materialization.metadata) if records else {}
 
 
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     """The server_id recorded by the newest change batch of the source, if any."""
-    from dagster import AssetRecordsFilter
-
     for t in tables:
-        records = instance.fetch_materializations(
-            AssetRecordsFilter(asset_key=AssetKey([name, t, CHANGES])), limit=1).records
-        if records and "server_id" in records[0].asset_materialization.metadata:
-            return int(records[0].asset_materialization.metadata["server_id"].value)
+        recorded = latest_metadata(instance, AssetKey([name, t, CHANGES])).get("server_id")
+        if recorded is not None:
+            return int(recorded.value)
     return None
 
 

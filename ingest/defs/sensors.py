@@ -3,7 +3,7 @@
 # No `from __future__ import annotations`: Dagster inspects the context annotation.
 
 from dagster import (
-    AssetKey, AssetRecordsFilter, AssetSelection, DagsterRunStatus, DefaultSensorStatus, DynamicPartitionsDefinition,
+    AssetKey, AssetSelection, DagsterRunStatus, DefaultSensorStatus, DynamicPartitionsDefinition,
     RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor,
 )
 
@@ -19,11 +19,10 @@ _ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStat
 
 def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
     """The change-log start recorded by a table's latest snapshot materialization."""
-    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=1).records
-    if not records:
-        return None
-    meta = records[0].asset_materialization.metadata.get("log_start")
-    return BinlogPosition.from_metadata(meta.value) if meta is not None else None
+    from ingest.defs.factory import latest_metadata
+
+    recorded = latest_metadata(instance, key).get("log_start")
+    return BinlogPosition.from_metadata(recorded.value) if recorded is not None else None
 
 
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],

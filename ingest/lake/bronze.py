@@ -19,6 +19,7 @@ from typing import Any
 
 from ingest.changes import ChangeRecord
 from ingest.lake.commits import Txn
+from ingest.lake.tables import spark_ident
 from ingest.lake.write import append
 
 META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
@@ -49,18 +50,13 @@ def columns_of(decoders: Sequence) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
     """A DataFrame of one table's changes in one batch, through Arrow."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    ddl = ", ".join([*(f"{quote(n)} {t}" for n, t in columns), META_DDL])
-    schema = StructType.fromDDL(ddl) if hasattr(StructType, "fromDDL") else spark.createDataFrame([], ddl).schema
+    schema = StructType.fromDDL(", ".join([*(f"{spark_ident(n)} {t}" for n, t in columns), META_DDL]))
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     data: list[list[Any]] = [[r.row.get(n) for r in records] for n, _ in columns]
     data += [

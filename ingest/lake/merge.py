@@ -13,15 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.lake.commits import Txn
-from ingest.lake.write import WriteOutcome, session_txn
+from ingest.lake.commits import Txn, table_version
+from ingest.lake.tables import spark_ident as _col
+from ingest.lake.write import WriteOutcome, append, session_txn
 
 POS = "_pos"
 DELETED = "_deleted"
-
-
-def _col(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass(frozen=True)
@@ -76,9 +73,6 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
     """
     from delta.tables import DeltaTable
-
-    from ingest.lake.commits import table_version
-    from ingest.lake.write import append
 
     if not DeltaTable.isDeltaTable(spark, path):
         return append(latest_per_key(changes, keys), path, metadata, txn)

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.lake.commits import Txn, table_version
-from ingest.lake.write import WriteOutcome
-from ingest.lake.merge import DELETED, live_rows, ordered_merge
+from ingest.lake.merge import DELETED, POS, live_rows, ordered_merge
 from ingest.lake.tables import LakeTable
+from ingest.lake.write import WriteOutcome, session_txn
 
 
 class SnapshotNotFinished(RuntimeError):
@@ -32,8 +32,6 @@ class SilverFromSnapshot:
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
-        from ingest.sources.mysql.positions import BinlogPosition
-
         last = self.snapshot.last_commit(kind="snapshot")
         if last is None or not last.metadata.get("complete"):
             raise SnapshotNotFinished(
@@ -43,14 +41,13 @@ class SilverFromSnapshot:
             )
         meta = last.metadata
         keys = list(self.keys or meta["key_columns"])
-        log_start = BinlogPosition.from_metadata(meta["log_start"])
         changes = self.snapshot.df().withColumn(DELETED, F.lit(False))
         outcome = ordered_merge(
             spark, path, changes, keys,
             metadata={"kind": "silver", "source": self.source, "table": self.table, "from": "snapshot",
                       "snapshot_id": meta["snapshot_id"], "log_start": meta["log_start"]},
             txn=Txn(f"silver:{self.source}.{self.table}:snapshot:{meta['snapshot_id']}", 0),
-            tombstone_before=log_start.row_pos(),
+            tombstone_before=int(meta["log_start_pos"]),
         )
         log(f"silver {self.source}/{self.table}: merged snapshot {meta['snapshot_id']}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
@@ -61,7 +58,7 @@ class SilverFromSnapshot:
             "delta_version": outcome.version,
             "committed": outcome.committed,
             "snapshot_id": meta["snapshot_id"],
-            "log_start": log_start.to_metadata(),
+            "log_start": meta["log_start"],
         }
 
 
@@ -71,8 +68,8 @@ def _bronze_to_silver_rows(changes, cutoff: int):
     from ingest.lake.bronze import META_COLUMNS
 
     return (changes.where("_op <> 'truncate'")
-            .withColumn("_deleted", (F.col("_op") == "delete") | (F.col("_pos") < F.lit(cutoff)))
-            .drop(*[c for c in META_COLUMNS if c != "_pos"]))
+            .withColumn(DELETED, (F.col("_op") == "delete") | (F.col(POS) < F.lit(cutoff)))
+            .drop(*[c for c in META_COLUMNS if c != POS]))
 
 
 def truncated_before(spark, path: str) -> int:
@@ -82,13 +79,38 @@ def truncated_before(spark, path: str) -> int:
     return max([int(c.metadata.get("truncated_before") or 0) for c in commits(spark, path)] or [0])
 
 
+def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str) -> WriteOutcome:
+    """Merge bronze change rows into silver, TRUNCATEs included, safe in any order.
+
+    A TRUNCATE in `changes`, or one silver applied before, turns every older
+    change into a tombstone, and every older row silver holds too; the newest
+    one is remembered in the commit metadata (`truncated_before`) so that older
+    changes arriving later stay dead.
+    """
+    from delta.tables import DeltaTable
+
+    truncates = [int(r[0]) for r in changes.where("_op = 'truncate'").select(POS).collect()]
+    cutoff = max([truncated_before(spark, path), *truncates])
+    meta = {**meta, "truncated_before": cutoff or None}
+    rows = _bronze_to_silver_rows(changes, cutoff)
+    if set(keys) <= set(rows.columns) and not rows.isEmpty():
+        outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
+    else:  # no change to this table here (bronze may not even have its columns yet)
+        outcome = WriteOutcome(table_version(spark, path), False)
+    if truncates:
+        with session_txn(spark, meta, Txn(f"{app_id}:truncate", 0)):
+            DeltaTable.forPath(spark, path).update(
+                condition=f"{POS} < {cutoff} AND NOT {DELETED}",
+                set={DELETED: "true", POS: f"CAST({cutoff} AS DECIMAL(38,0))"})
+    return outcome
+
+
 @dataclass(frozen=True)
 class SilverFromBatch:
     """Merge one change batch from bronze into silver, after the latest snapshot if it is not in yet.
 
     Safe in any order and any number of times: the ordered merge ignores changes
-    older than a row's `_pos`, and a TRUNCATE is remembered in the commit
-    metadata (`truncated_before`) so that older changes arriving later stay dead.
+    older than a row's `_pos`, and TRUNCATEs are remembered (see merge_bronze).
     """
 
     source: str
@@ -109,38 +131,21 @@ class SilverFromBatch:
             # below catches up on every change since its log start, this batch's included.
             log(f"silver {self.source}/{self.table}: no finished snapshot yet; batch {batch} waits for it")
             return {"waiting_for_snapshot": True, "batch": batch}
-        merged_snapshot = last_commit(spark, path, kind="silver", snapshot_id=snap.metadata.get("snapshot_id"))
         keys = list(snap.metadata["key_columns"])
-        if merged_snapshot is None:
+        snapshot_id = snap.metadata["snapshot_id"]
+        if last_commit(spark, path, kind="silver", snapshot_id=snapshot_id) is None:
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
-            self._catch_up(spark, path, snap, keys, batch, log)
+            self._catch_up(spark, path, snap.metadata, keys, batch, log)
         bronze_batch = last_commit(spark, self.bronze.path, kind="bronze", batch=batch)
         if bronze_batch is None:
             raise RuntimeError(
                 f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "
                 f"{self.source}/{self.table}/changes for partition {batch} first"
             )
-        changes = self.bronze.df().where(F.col("_batch") == batch)
-        truncates = [int(r[0]) for r in changes.where("_op = 'truncate'").select("_pos").collect()]
-        cutoff = max([truncated_before(spark, path), *truncates])
-        rows = _bronze_to_silver_rows(changes, cutoff)
         meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
-                "end": bronze_batch.metadata.get("end"), "truncated_before": cutoff or None}
-        if set(keys) <= set(rows.columns) and not rows.isEmpty():
-            outcome = ordered_merge(spark, path, rows, keys, meta,
-                                    Txn(f"silver:{self.source}.{self.table}:{batch}", 0))
-        else:  # no change to this table in the batch (bronze may not even have its columns yet)
-            outcome = WriteOutcome(table_version(spark, path), False)
-        if truncates:
-            from delta.tables import DeltaTable
-
-            from ingest.lake.write import session_txn
-
-            # rows already in silver and older than the TRUNCATE become tombstones
-            with session_txn(spark, meta, Txn(f"silver:{self.source}.{self.table}:{batch}:truncate", 0)):
-                DeltaTable.forPath(spark, path).update(
-                    condition=f"_pos < {cutoff} AND NOT _deleted",
-                    set={"_deleted": "true", "_pos": f"CAST({cutoff} AS DECIMAL(38,0))"})
+                "end": bronze_batch.metadata.get("end")}
+        outcome = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys, meta,
+                               f"silver:{self.source}.{self.table}:{batch}")
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         df = spark.read.format("delta").load(path)
@@ -148,24 +153,15 @@ class SilverFromBatch:
                 "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
                 "end": bronze_batch.metadata.get("end")}
 
-    def _catch_up(self, spark: Any, path: str, snap, keys: list[str], batch: str, log) -> None:
+    def _catch_up(self, spark: Any, path: str, snap: dict[str, Any], keys: list[str], batch: str, log) -> None:
         """After a snapshot's first merge: every change in bronze since its log start, other
         batches included, so that batches which ran before the snapshot existed are not lost."""
         from pyspark.sql import functions as F
 
-        from ingest.sources.mysql.positions import BinlogPosition
-
         if not self.bronze.exists():
             return
-        start = BinlogPosition.from_metadata(snap.metadata["log_start"]).row_pos()
-        since = self.bronze.df().where((F.col("_pos") >= F.lit(start)) & (F.col("_batch") != batch))
-        if not set(keys) <= set(since.columns) or since.isEmpty():
-            return
-        cutoff = truncated_before(spark, path)
-        truncates = [int(r[0]) for r in since.where("_op = 'truncate'").select("_pos").collect()]
-        cutoff = max([cutoff, *truncates])
-        meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap.metadata["log_start"],
-                "snapshot_id": snap.metadata["snapshot_id"], "truncated_before": cutoff or None}
-        ordered_merge(spark, path, _bronze_to_silver_rows(since, cutoff), keys, meta,
-                      Txn(f"silver:{self.source}.{self.table}:catchup:{snap.metadata['snapshot_id']}", 0))
-        log(f"silver {self.source}/{self.table}: caught up on bronze since {snap.metadata['log_start']}")
+        since = self.bronze.df().where((F.col(POS) >= F.lit(int(snap["log_start_pos"]))) & (F.col("_batch") != batch))
+        meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap["log_start"],
+                "snapshot_id": snap["snapshot_id"]}
+        merge_bronze(spark, path, since, keys, meta, f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}")
+        log(f"silver {self.source}/{self.table}: caught up on bronze since {snap['log_start']}")

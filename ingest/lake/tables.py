@@ -13,6 +13,11 @@ SILVER = "silver"
 BRONZE = "bronze"
 
 
+def spark_ident(name: str) -> str:
+    """Backtick-quote a column name for Spark SQL; a backtick inside is doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
     """`<lake_root>/<source>/<table>/<layer>`: layers side by side, never one table's
     folder inside another's (VACUUM of the outer one would delete the inner one)."""

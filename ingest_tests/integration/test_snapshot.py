@@ -55,8 +55,8 @@ def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_
     assert progress.log_start.row_pos() <= lo <= hi and progress.log_start >= head
 
 
-def test_snapshot_tolerates_concurrent_writes_with_an_exact_position(spark, root, params, tmp_path):
-    """A row written during the snapshot is either in its chunk or at/after the chunk's position."""
+def test_log_start_is_not_after_the_binlog_head_when_the_snapshot_ends(spark, root, params, tmp_path):
+    """The change-log start is a real position of the server: at or before its head afterwards."""
     with root.cursor() as cur:
         cur.execute("CREATE TABLE w (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO w SELECT seq, 0 FROM seq_1_to_5000")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import pymysql
 
 from ingest.changes import ChangeOp, ChangeRecord
-from ingest.sources.mysql.errors import BatchBoundaryError, BinlogGap, BinlogSettingsError
-from ingest.sources.mysql.events import MappedColumn, TableDecoder, row_changes
+from ingest.sources.mysql.errors import BatchBoundaryError, BinlogDisabled, BinlogGap, BinlogSettingsError
+from ingest.sources.mysql.events import MappedColumn, TableDecoder, emptied_tables, row_changes
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams
 
@@ -42,6 +42,20 @@ def check_binlog_settings(conn, source: str) -> None:
             "--binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL (SET GLOBAL works for "
             "the last three), then re-snapshot the tables, since changes logged before the fix cannot be read"
         )
+
+
+def master_position(conn) -> BinlogPosition:
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+        if not row:
+            raise BinlogDisabled(
+                "the source server has binary logging off, so a snapshot has no position to resume changes from. "
+                "Fix: start it with --log-bin --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL"
+            )
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid = cur.fetchone()[0]
+    return BinlogPosition(row[0], int(row[1]), gtid or None)
 
 
 def binary_logs(conn) -> list[tuple[str, int]]:
@@ -190,8 +204,6 @@ def read_batch(params: ConnectionParams, batch: BatchRange, key_columns: Mapping
 
 def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> None:
     """TRUNCATE and DROP TABLE of a tracked table empty it: a TRUNCATE record at this position."""
-    from ingest.sources.mysql.events import emptied_tables
-
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
     result.ddl.append(query)
     for table in emptied_tables(query, schema, database):

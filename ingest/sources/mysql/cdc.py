@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.lake.bronze import BronzeWrite, columns_of
-from ingest.sources.mysql.binlog import check_available, check_binlog_settings, read_batch
+from ingest.sources.mysql.binlog import (
+    binary_logs, check_available, check_binlog_settings, master_position, read_batch,
+)
 from ingest.sources.mysql.errors import BinlogGap
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
 from ingest.sources.mysql.schema import ConnectionParams
-from ingest.sources.mysql.snapshot import master_position
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,7 @@ def source_state(params: ConnectionParams, source: str) -> SourceState:
     with params.connect() as conn:
         check_binlog_settings(conn, source)
         head = master_position(conn)
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINARY LOGS")
-            logs = [r[0] for r in cur.fetchall()]
+        logs = [f for f, _ in binary_logs(conn)]
         tables = list_tables(conn, params.database)
     return SourceState(head, logs, tables)
 

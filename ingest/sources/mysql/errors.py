@@ -29,6 +29,10 @@ class SourceUnreachable(MySQLSourceError):
     pass
 
 
+class BinlogDisabled(MySQLSourceError):
+    pass
+
+
 class BinlogSettingsError(MySQLSourceError):
     """The server's binlog cannot feed CDC (format, row image, row metadata)."""
 

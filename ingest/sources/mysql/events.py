@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.changes import ChangeOp, ChangeRecord
+from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.types import ColumnType, MySQLColumn, column_type
 
 # MySQL protocol field type codes (include/mysql_com.h), as the table map gives them.
@@ -88,7 +89,7 @@ class TableDecoder:
 
 
 def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: TableDecoder,
-                key_columns: Sequence[str], event_end: BinlogPositionLike, committed_at: dt.datetime | None,
+                key_columns: Sequence[str], event_end: BinlogPosition, committed_at: dt.datetime | None,
                 txid: str | None) -> list[ChangeRecord]:
     """Records of one rows event. Row i of the event gets `_pos` row i+1 (0 is the snapshot's).
 
@@ -143,6 +144,3 @@ def emptied_tables(query: str, default_schema: str | None, database: str) -> lis
             out.append(table)
     return out
 
-
-class BinlogPositionLike:  # typing aid: anything with row_pos(row) -> int
-    def row_pos(self, row: int) -> int: ...

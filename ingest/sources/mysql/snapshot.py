@@ -26,33 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.sources.mysql.chunks import (
-    Chunk, boundary_query, chunk_query, group_chunks, key_from_json, key_to_json, plan_chunks, quote_ident,
+    Chunk, boundary_query, chunk_query, group_chunks, key_from_json, key_to_json, plan_chunks,
 )
-from ingest.sources.mysql.errors import MySQLSourceError
+from ingest.lake.tables import spark_ident
+from ingest.sources.mysql.binlog import master_position
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams, TableSchema
 from ingest.sources.mysql.types import MySQLColumn, column_type, convert_column
 
 DATA_SOURCE_NAME = "ingest_mysql_chunks"
 FETCH_ROWS = 10_000
-
-
-class BinlogDisabled(MySQLSourceError):
-    pass
-
-
-def master_position(conn) -> BinlogPosition:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        row = cur.fetchone()
-        if not row:
-            raise BinlogDisabled(
-                "the source server has binary logging off, so a snapshot has no position to resume changes from. "
-                "Fix: start it with --log-bin --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL"
-            )
-        cur.execute("SELECT @@gtid_binlog_pos")
-        gtid = cur.fetchone()[0]
-    return BinlogPosition(row[0], int(row[1]), gtid or None)
 
 
 def open_consistent_snapshot(conn) -> BinlogPosition:
@@ -138,7 +121,7 @@ def _register_data_source(spark) -> None:
 
 
 def snapshot_ddl(schema: TableSchema) -> str:
-    cols = [f"{quote_ident(c.name)} {column_type(c, schema.table).spark}" for c in schema.columns]
+    cols = [f"{spark_ident(c.name)} {column_type(c, schema.table).spark}" for c in schema.columns]
     return ", ".join([*cols, "`_pos` decimal(38,0)"])
 
 
@@ -234,7 +217,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             "kind": "snapshot", "source": source, "table": schema.table, "snapshot_id": snapshot_id,
             "wave": wave_no, "key_hi": key_to_json(wave[-1].hi), "complete": is_last,
             "chunks_done": wave[-1].index + 1, "chunks_total": progress.chunks_total,
-            "log_start": log_start.to_metadata(), "fingerprint": fingerprint,
+            "log_start": log_start.to_metadata(), "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
             "key_columns": list(schema.primary_key),
         }
         outcome = append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0, overwrite_schema=wave_no == 0)
