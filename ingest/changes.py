@@ -31,3 +31,5 @@ class ChangeRecord:
     before: dict[str, Any] | None = None
     committed_at: dt.datetime | None = None
     txid: str | None = None
+    origin: str | None = None
+    """Who made the change, when the source says: `ttl` for DynamoDB's TTL expiry deletes."""

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+)
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -125,8 +127,104 @@ class MySQLSource(_Model):
         return self.tables.overrides.get(table, self.snapshot)
 
 
+class ScanSettings(_Model):
+    segments: Annotated[int, Field(ge=1, le=1_000_000)] = 8
+    """TotalSegments of the parallel Scan: the units a failed snapshot resumes by."""
+    parallelism: Annotated[int, Field(ge=1, le=64)] = 2
+    """Segments scanned at once (Spark tasks)."""
+    segments_per_commit: Annotated[int, Field(ge=1, le=10_000)] = 4
+    """Segments per Delta commit. A failed snapshot resumes after the last committed one."""
+    consistent_read: bool = False
+    """Strongly consistent Scan reads (twice the read capacity)."""
+    page_size: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Scan `Limit` per page; unset lets DynamoDB fill 1 MB pages."""
+
+
+class StreamSettings(_Model):
+    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
+    """Least seconds between two polls of each table's stream by the sensor."""
+    max_records: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """Most stream records one change batch reads; a longer backlog becomes several batches."""
+    page_limit: Annotated[int, Field(ge=1, le=1000)] = 1000
+    """GetRecords `Limit` (DynamoDB allows at most 1000)."""
+    sensor_running: bool = True
+    """Whether the sensor starts switched on."""
+
+
+DYNAMODB_TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{2,62}$")
+
+
+class DynamoDBSource(_Model):
+    kind: Literal["dynamodb"]
+    """The source's kind."""
+    region: str = "us-east-1"
+    """AWS region of the tables."""
+    endpoint_url: str | None = None
+    """A local or private endpoint (e.g. http://127.0.0.1:8000); unset means AWS's own."""
+    access_key_id_env: str | None = None
+    """Environment variable holding the access key id; unset uses boto3's default chain."""
+    secret_access_key_env: str | None = None
+    """Environment variable holding the secret access key; unset uses boto3's default chain."""
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 5
+    """Attempts per request in botocore's standard retry mode (throttling, 5xx, timeouts)."""
+    tables: list[str] = Field(min_length=1)
+    """DynamoDB table names; each needs a stream with NEW_IMAGE or NEW_AND_OLD_IMAGES."""
+    attributes: dict[str, dict[str, str]] = {}
+    """Declared attribute types by table, e.g. `{orders: {total: decimal(12,2), tags: array<string>}}`."""
+    snapshot: ScanSettings = ScanSettings()
+    """How the parallel Scan runs."""
+    cdc: StreamSettings = StreamSettings()
+    """How the sensor cuts each stream into change batches."""
+
+    @field_validator("tables")
+    @classmethod
+    def _table_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not DYNAMODB_TABLE_RE.match(name):
+                raise ValueError(f"table {name!r} must match {DYNAMODB_TABLE_RE.pattern} (it becomes an asset key)")
+        if len(set(value)) != len(value):
+            raise ValueError("a table is listed twice")
+        return value
+
+    @field_validator("access_key_id_env", "secret_access_key_env")
+    @classmethod
+    def _env_names(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _declared(self) -> DynamoDBSource:
+        from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
+
+        for table, attrs in self.attributes.items():
+            if table not in self.tables:
+                raise ValueError(f"attributes.{table}: not one of the source's tables {self.tables}")
+            for attr, text in attrs.items():
+                if attr == ITEM_COLUMN or attr.startswith("_"):
+                    raise ValueError(f"attributes.{table}.{attr}: names starting with '_' are the lake's own")
+                try:
+                    parse_type(text)
+                except ValueError as exc:
+                    raise ValueError(f"attributes.{table}.{attr}: {exc}") from None
+        return self
+
+
+def _source_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return value.get("kind", "mysql")
+    return getattr(value, "kind", "mysql")
+
+
+Source = Annotated[
+    Annotated[MySQLSource, Tag("mysql")] | Annotated[DynamoDBSource, Tag("dynamodb")],
+    Discriminator(_source_kind, custom_error_type="source_kind",
+                  custom_error_message="kind must be mysql or dynamodb"),
+]
+
+
 class SourcesConfig(_Model):
-    sources: dict[str, MySQLSource]
+    sources: dict[str, Source]
     """Sources by name. The name prefixes asset keys and lake paths."""
     path: Path | None = Field(default=None, exclude=True)
     """The file this was read from (for error messages)."""
@@ -139,15 +237,19 @@ class SourcesConfig(_Model):
         return self
 
 
-_SECRET_KEYS = {"password", "passwd", "secret", "aws_secret_access_key"}
+_SECRET_KEYS = {"password", "passwd", "secret", "aws_secret_access_key", "aws_session_token"}
 
 _FIX_BY_ERROR = {
+    "source_kind": "set kind to mysql or dynamodb",
     "extra_forbidden": "remove the key or check its spelling",
     "missing": "add the key",
 }
 
 
 def _where(loc: tuple) -> str:
+    # a source's kind tag sits after its name in pydantic's location: not a key of the file
+    if len(loc) > 2 and loc[0] == "sources" and loc[2] in ("mysql", "dynamodb"):
+        loc = loc[:2] + loc[3:]
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))

@@ -37,3 +37,15 @@ def mariadb(tmp_path_factory):
     os.environ["INGEST_TEST_MYSQL_PASSWORD"] = "ingest-test-pw"
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto():
+    """A moto server over HTTP (DynamoDB, Streams, S3), stopped by PID at the end."""
+    from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
+
+    for key, value in LOCAL_CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+    server = MotoServer(free_port()).start()
+    yield server
+    server.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 from dagster import Definitions, in_process_executor
 
 from ingest.config import load_config
-from ingest.defs.factory import build_source_defs
+from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.paths import PROJECT_ROOT, local_dir
@@ -29,7 +29,8 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     return Definitions(
         assets=[a for assets, _ in per_source for a in assets],
         sensors=[sensor for _, sensor in per_source],
-        resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark)},
+        resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark),
+                   **build_resources(config)},
         # One process per run: its steps share one SparkSession instead of
         # starting a JVM per step.
         executor=in_process_executor,

@@ -7,7 +7,7 @@ from dagster import (
     SensorDefinition, asset, multi_asset,
 )
 
-from ingest.config import ConfigError, MySQLSource, SourcesConfig
+from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import CHANGES, LakeTable
 from ingest.sources.mysql.cdc import read_change_batch
@@ -116,8 +116,7 @@ def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     return None
 
 
-def silver_asset(name: str, source: MySQLSource, table: str,
-                 partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
+def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
     @asset(
         key=AssetKey([name, table]),
         group_name=name,
@@ -127,7 +126,7 @@ def silver_asset(name: str, source: MySQLSource, table: str,
         ins={"snapshot": AssetIn(key=AssetKey([name, table, "snapshot"])),
              "changes": AssetIn(key=AssetKey([name, table, CHANGES]))},
         description=(
-            f"Current state of `{source.database}.{table}`: the latest snapshot, then each change batch "
+            f"Current state of {what}: the latest snapshot, then each change batch "
             "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
             "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."
         ),
@@ -139,6 +138,15 @@ def silver_asset(name: str, source: MySQLSource, table: str,
     return _silver
 
 
+def build_resources(config: SourcesConfig) -> dict:
+    """Per DynamoDB source, its client resource (`dynamodb_<source>`)."""
+    from ingest.defs.dynamodb import resource_key
+    from ingest.defs.resources import dynamodb_resource
+
+    return {resource_key(name): dynamodb_resource(source) for name, source in config.sources.items()
+            if isinstance(source, DynamoDBSource)}
+
+
 def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
     return [a for assets, _ in build_source_defs(config) for a in assets]
 
@@ -146,13 +154,19 @@ def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
 def build_source_defs(config: SourcesConfig) -> list[tuple[list[AssetsDefinition], SensorDefinition]]:
     from ingest.defs.sensors import binlog_sensor
 
+    from ingest.defs.dynamodb import build_dynamodb_defs
+
     out = []
     for name, source in config.sources.items():
+        if isinstance(source, DynamoDBSource):
+            out.append(build_dynamodb_defs(name, source))
+            continue
         tables = resolve_tables(name, source, config)
         partitions = batches_partitions(name)
         assets: list[AssetsDefinition] = []
         for table in tables:
-            assets += [snapshot_asset(name, source, table, config), silver_asset(name, source, table, partitions)]
+            assets += [snapshot_asset(name, source, table, config),
+                       silver_asset(name, table, partitions, f"`{source.database}.{table}`")]
         assets.append(changes_asset(name, source, tables, config, partitions))
         out.append((assets, binlog_sensor(name, source, tables, partitions)))
     return out

@@ -14,7 +14,7 @@ from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import connection_params
 
 SOURCE_TAG = "ingest/source"
-_ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
 def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
@@ -42,7 +42,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
     )
     def _sensor(context: SensorEvaluationContext):
         active = context.instance.get_run_records(
-            RunsFilter(statuses=_ACTIVE, tags={SOURCE_TAG: name}), limit=1)
+            RunsFilter(statuses=ACTIVE_STATUSES, tags={SOURCE_TAG: name}), limit=1)
         if active:
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
                               "the next batch will cover everything since its end")

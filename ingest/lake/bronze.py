@@ -1,8 +1,9 @@
 """Bronze: the change log of each table, one append per change batch.
 
 Columns: the row image (after the change; for a delete, before it), then
-`_op`, `_pos`, `_ts` (commit time), `_txid` (GTID), `_batch` (partition key)
-and `_before` (the image before an update, as JSON). Columns the source adds
+`_op`, `_pos`, `_ts` (commit time), `_txid` (GTID, or DynamoDB's event id),
+`_batch` (partition key), `_before` (the image before an update, as JSON) and
+`_origin` (`ttl` for DynamoDB's TTL expiry deletes). Columns the source adds
 are added (mergeSchema); columns it drops or renames keep what they held in
 older rows. Silver can be rebuilt from bronze alone.
 """
@@ -23,8 +24,8 @@ from ingest.lake.tables import spark_ident
 from ingest.lake.write import append
 
 META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
-            "`_before` string")
-META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before")
+            "`_before` string, `_origin` string")
+META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before", "_origin")
 
 
 def _json_value(value: Any) -> Any:
@@ -66,6 +67,7 @@ def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[s
         [r.txid for r in records],
         [batch_key] * len(records),
         [image_json(r.before) for r in records],
+        [r.origin for r in records],
     ]
     arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
     table = pa.Table.from_arrays(arrays, schema=arrow_schema)
@@ -87,14 +89,21 @@ class BronzeWrite:
     """Figures for the UI only (lag, headroom)."""
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
-        df = records_df(spark, self.records, self.columns, self.batch_key)
-        meta = {"kind": "bronze", "source": self.source, "table": self.table, "batch": self.batch_key,
-                **self.positions}
-        outcome = append(df, path, meta, Txn(f"bronze:{self.source}:{self.batch_key}", 0), merge_schema=True)
-        counts: dict[str, int] = {}
-        for r in self.records:
-            counts[r.op.value] = counts.get(r.op.value, 0) + 1
-        log(f"bronze {self.source}/{self.table} batch {self.batch_key}: {len(self.records)} changes "
-            + ("" if outcome.committed else "(already committed: nothing written)"))
-        return {"rows": len(self.records), **{f"rows_{op}": n for op, n in sorted(counts.items())},
-                "committed": outcome.committed, "delta_version": outcome.version, **self.positions, **self.extra}
+        return append_changes(spark, path, self.source, self.table, self.batch_key, self.records, self.columns,
+                              self.positions, log) | dict(self.extra)
+
+
+def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],
+                   columns: Sequence[tuple[str, str]], positions: dict[str, Any],
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """Append one batch's changes with its positions in the same commit; a repeat adds nothing."""
+    df = records_df(spark, records, columns, batch_key)
+    meta = {"kind": "bronze", "source": source, "table": table, "batch": batch_key, **positions}
+    outcome = append(df, path, meta, Txn(f"bronze:{source}:{batch_key}", 0), merge_schema=True)
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.op.value] = counts.get(r.op.value, 0) + 1
+    log(f"bronze {source}/{table} batch {batch_key}: {len(records)} changes "
+        + ("" if outcome.committed else "(already committed: nothing written)"))
+    return {"rows": len(records), **{f"rows_{op}": n for op, n in sorted(counts.items())},
+            "committed": outcome.committed, "delta_version": outcome.version, **positions}

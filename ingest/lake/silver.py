@@ -62,13 +62,20 @@ class SilverFromSnapshot:
         }
 
 
+def pos_literal(value: int | str):
+    """A `_pos` constant: positions pass 2**63, past what a plain literal (a long) holds."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"CAST({int(value)} AS DECIMAL(38,0))")
+
+
 def _bronze_to_silver_rows(changes, cutoff: int):
     from pyspark.sql import functions as F
 
     from ingest.lake.bronze import META_COLUMNS
 
     return (changes.where("_op <> 'truncate'")
-            .withColumn(DELETED, (F.col("_op") == "delete") | (F.col(POS) < F.lit(cutoff)))
+            .withColumn(DELETED, (F.col("_op") == "delete") | (F.col(POS) < pos_literal(cutoff)))
             .drop(*[c for c in META_COLUMNS if c != POS]))
 
 
@@ -160,7 +167,7 @@ class SilverFromBatch:
 
         if not self.bronze.exists():
             return
-        since = self.bronze.df().where((F.col(POS) >= F.lit(int(snap["log_start_pos"]))) & (F.col("_batch") != batch))
+        since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"])) & (F.col("_batch") != batch))
         meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap["log_start"],
                 "snapshot_id": snap["snapshot_id"]}
         merge_bronze(spark, path, since, keys, meta, f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}")

@@ -26,6 +26,13 @@ def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
     return f"{lake_root.rstrip('/')}/{source}/{table}/{layer}"
 
 
+def sibling_location(path: str, layer: str) -> str:
+    """Another layer of the same source table (see table_location)."""
+    if layer not in (SNAPSHOT, SILVER, BRONZE):
+        raise ValueError(f"unknown lake layer {layer!r}")
+    return f"{path.rstrip('/').rsplit('/', 1)[0]}/{layer}"
+
+
 CHANGES = "changes"
 """Asset key suffix of a table's change batches; their Delta table is the bronze layer."""
 

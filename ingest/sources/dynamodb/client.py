@@ -1,0 +1,94 @@
+"""boto3 clients for DynamoDB and DynamoDB Streams, and retries of transient errors.
+
+`ClientSettings` is the plain, picklable form of the Dagster resource
+(`ingest.defs.resources.DynamoDBResource`) that Spark executors rebuild
+clients from. botocore retries each request itself (standard mode,
+`max_attempts`); `call` adds a bounded outer retry for the listed transient
+errors only, so a moto or AWS endpoint that restarts or answers 500 for a
+while is survived, and anything else is raised at once.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ingest.sources.dynamodb.errors import SourceUnavailable
+
+TRANSIENT_CODES = frozenset({
+    "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+    "LimitExceededException", "InternalServerError", "InternalFailure", "ServiceUnavailable",
+    "500", "502", "503", "504",
+})
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    region: str
+    endpoint_url: str | None
+    access_key_id: str | None
+    secret_access_key: str | None
+    session_token: str | None = None
+    max_attempts: int = 5
+
+    def _client(self, service: str):
+        import boto3
+        from dagster_aws.utils import construct_boto_client_retry_config
+
+        return boto3.session.Session().client(
+            service, region_name=self.region, endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
+            aws_session_token=self.session_token, config=construct_boto_client_retry_config(self.max_attempts))
+
+    def dynamodb(self):
+        return self._client("dynamodb")
+
+    def streams(self):
+        return self._client("dynamodbstreams")
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"ClientSettings(region={self.region!r}, endpoint_url={self.endpoint_url!r})"
+
+
+class StreamsApi(Protocol):
+    """The part of boto3's `dynamodbstreams` client the reader uses (a recorded one stands in for tests)."""
+
+    def describe_stream(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]: ...
+    def get_records(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+def error_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code is not None else None
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    from botocore.exceptions import ConnectionError as BotoConnectionError, HTTPClientError
+
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):  # timeouts, refused, reset
+        return True
+    return error_code(exc) in TRANSIENT_CODES
+
+
+def call(fn: Callable[..., Any], what: str, *, attempts: int = 6, base_delay: float = 0.2,
+         sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
+    """`fn(**kwargs)`, retrying the transient errors with capped exponential backoff and jitter."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - classified right below
+            if not is_transient(exc):
+                raise
+            if attempt == attempts:
+                raise SourceUnavailable(f"{what}: still failing after {attempts} attempts "
+                                        f"({error_code(exc) or type(exc).__name__}: {exc}). Fix: check the endpoint "
+                                        "and its throttling; the next run resumes from the last committed position") from exc
+            sleep(min(base_delay * 2 ** (attempt - 1), 5.0) * (0.5 + random.random() / 2))
+    raise AssertionError("unreachable")

@@ -1,0 +1,28 @@
+"""Named errors of the DynamoDB source; each message names the table and the fix."""
+
+from __future__ import annotations
+
+from ingest.sources.dynamodb.positions import StreamGap
+
+__all__ = ["DynamoDBSourceError", "StreamGap", "StreamSettingsError", "TableNotFound", "SourceUnavailable"]
+
+
+class DynamoDBSourceError(RuntimeError):
+    pass
+
+
+class StreamSettingsError(DynamoDBSourceError):
+    """The table has no stream, or one without new images."""
+
+
+class TableNotFound(DynamoDBSourceError):
+    pass
+
+
+class SourceUnavailable(DynamoDBSourceError):
+    """Transient errors went on past the retry budget."""
+
+
+def resnapshot_fix(source: str, table: str) -> str:
+    return (f"Fix: re-snapshot the table (materialize {source}/{table}/snapshot, or `ingest resnapshot {source} "
+            f"{table}`); its change batches then continue from the new snapshot's stream positions")
