@@ -94,3 +94,39 @@ def test_fuzzed_sources_give_config_errors_only(source):
         parse_config({"sources": {"s": source}}, "fuzz.yaml")
     except ConfigError as exc:
         assert "fuzz.yaml" in str(exc)
+
+
+DYNAMO = {"sources": {"events": {
+    "kind": "dynamodb", "region": "eu-west-1", "endpoint_url": "http://127.0.0.1:5055",
+    "tables": ["orders", "users"], "attributes": {"orders": {"total": "decimal(12,2)", "tags": "array<string>"}},
+    "snapshot": {"segments": 16}, "cdc": {"max_records": 5000},
+}}}
+
+
+def test_a_dynamodb_source_loads_beside_a_mysql_one(tmp_path):
+    from ingest.config import DynamoDBSource, MySQLSource, ScanSettings, StreamSettings
+
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["sources"].update(DYNAMO["sources"])
+    cfg = load_config(write(tmp_path, data))
+    assert isinstance(cfg.sources["shop"], MySQLSource) and isinstance(cfg.sources["events"], DynamoDBSource)
+    assert cfg.sources["events"].snapshot.segments == 16 and cfg.sources["events"].cdc.page_limit == 1000
+    for model in (DynamoDBSource, ScanSettings, StreamSettings):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no docstring"
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda s: s["attributes"]["orders"].update(total="money"), "attributes.orders.total: unknown type 'money'"),
+    (lambda s: s["attributes"].update(nosuch={"a": "string"}), "attributes.nosuch: not one of the source's tables"),
+    (lambda s: s.update(tables=["bad-name"]), "sources.events.tables"),
+    (lambda s: s["cdc"].update(page_limit=5000), "sources.events.cdc.page_limit"),
+    (lambda s: s.update(kind="postgres"), "kind must be mysql or dynamodb"),
+    (lambda s: s.update(aws_secret_access_key="x"), "secrets are not read from the file"),
+])
+def test_dynamodb_errors_name_the_key(tmp_path, mutate, where):
+    data = yaml.safe_load(yaml.safe_dump(DYNAMO))
+    mutate(data["sources"]["events"])
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, data))
+    assert where in str(exc.value)
