@@ -69,16 +69,16 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
     @sensor(
         name=f"{name}_stream_sensor", minimum_interval_seconds=source.cdc.min_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
-        required_resource_keys={resource_key(name)},
         asset_selection=[AssetKey([name, t, layer]) for t in source.tables for layer in (CHANGES,)]
         + [AssetKey([name, t]) for t in source.tables],
         description=f"Polls the stream of each table of DynamoDB source {name}; when records wait after the last "
                     "batch's end, adds the next batch as a partition and runs it with silver.",
     )
     def _sensor(context: SensorEvaluationContext):
+        from ingest.sources.dynamodb.client import client_settings
         from ingest.sources.dynamodb.streams import has_new_records
 
-        api = getattr(context.resources, resource_key(name)).get_streams_client()
+        api = client_settings(source).streams()
         requests, adds, waiting = [], [], []
         for table in source.tables:
             if context.instance.get_run_records(

@@ -80,7 +80,8 @@ class StreamBatchWrite:
         if stream_arn != start.stream_arn:
             raise StreamGap(
                 f"source {self.source}, table {self.table}: the table's stream is now {stream_arn}, not "
-                f"{start.stream_arn} where the last batch ended (the stream was disabled and enabled again); "
+                f"{start.stream_arn} where the last batch ended (the stream was replaced: disabled and enabled "
+                f"again, or the table re-created); "
                 f"changes in between are lost. {resnapshot_fix(self.source, self.table)}")
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
         batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,

@@ -43,6 +43,20 @@ class ClientSettings:
             aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
             aws_session_token=self.session_token, config=construct_boto_client_retry_config(self.max_attempts))
 
+    def resolved(self) -> ClientSettings:
+        """With the driver's credentials filled in from boto3's default chain, so that executors
+        (whose environment may predate them) use the same ones."""
+        if self.access_key_id:
+            return self
+        import boto3
+
+        found = boto3.session.Session().get_credentials()
+        if found is None:
+            return self
+        frozen = found.get_frozen_credentials()
+        return ClientSettings(self.region, self.endpoint_url, frozen.access_key, frozen.secret_key, frozen.token,
+                              self.max_attempts)
+
     def dynamodb(self):
         return self._client("dynamodb")
 
@@ -92,3 +106,21 @@ def call(fn: Callable[..., Any], what: str, *, attempts: int = 6, base_delay: fl
                                         "and its throttling; the next run resumes from the last committed position") from exc
             sleep(min(base_delay * 2 ** (attempt - 1), 5.0) * (0.5 + random.random() / 2))
     raise AssertionError("unreachable")
+
+
+def client_settings(source) -> ClientSettings:
+    """Settings of a DynamoDB source of the sources file, secrets read from the environment
+    (Dagster EnvVar); unset names leave boto3's default credential chain in charge."""
+    from dagster import EnvVar
+
+    def secret(env: str | None) -> str | None:
+        if env is None:
+            return None
+        value = EnvVar(env).get_value()
+        if value is None:
+            raise SourceUnavailable(f"environment variable {env} is not set: it holds AWS credentials of the "
+                                    f"DynamoDB source in {source.region}. Fix: export {env}=...")
+        return value
+
+    return ClientSettings(source.region, source.endpoint_url, secret(source.access_key_id_env),
+                          secret(source.secret_access_key_env), None, source.max_attempts)

@@ -125,6 +125,7 @@ def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTy
             "table": table, "keys": list(types.key_columns), "columns": declared_spec(types),
             "segments": segments, "total": total, "consistent": consistent, "page_size": page_size, "pos": str(pos)}
     reader = spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
+    settings = settings.resolved()
     # option names with "secret", "key" or "token" are redacted by Spark in plans and the UI
     for name, value in (("access_key_id", settings.access_key_id), ("secret_access_key", settings.secret_access_key),
                         ("session_token", settings.session_token)):
