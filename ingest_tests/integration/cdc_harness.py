@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,28 +114,43 @@ class CdcHarness:
 def register_batch_to_head(env: dict[str, str], root_conn, source: str, table: str) -> str:
     """Add the partition from `table`'s snapshot log start to the binlog head, in the instance at
     env's DAGSTER_HOME (as the sensor would for the first batch); returns its key."""
-    import os
-
-    from dagster import AssetRecordsFilter
-
     from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 
     with root_conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         head_file, head_pos = cur.fetchone()[:2]
+    meta = latest_metadata_in(env, AssetKey([source, table, "snapshot"]))
+    key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value),
+                     BinlogPosition(head_file, int(head_pos))).key
+    add_partitions(env, f"{source}_batches", [key])
+    return key
+
+
+@contextmanager
+def instance_at(env: dict[str, str]):
+    """The Dagster instance of env's DAGSTER_HOME (the one a `dagster` subprocess uses)."""
+    import os
+
     previous = os.environ.get("DAGSTER_HOME")
     os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
+    instance = DagsterInstance.get()
     try:
-        instance = DagsterInstance.get()
-        meta = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey([source, table, "snapshot"])),
-                                               limit=1).records[0].asset_materialization.metadata
-        key = BatchRange(BinlogPosition.from_metadata(meta["log_start"].value),
-                         BinlogPosition(head_file, int(head_pos))).key
-        instance.add_dynamic_partitions(f"{source}_batches", [key])
-        instance.dispose()
+        yield instance
     finally:
+        instance.dispose()
         if previous is None:
             os.environ.pop("DAGSTER_HOME", None)
         else:
             os.environ["DAGSTER_HOME"] = previous
-    return key
+
+
+def add_partitions(env: dict[str, str], partitions_name: str, keys: list[str]) -> None:
+    with instance_at(env) as instance:
+        instance.add_dynamic_partitions(partitions_name, keys)
+
+
+def latest_metadata_in(env: dict[str, str], key: AssetKey) -> dict:
+    from ingest.defs.factory import latest_metadata
+
+    with instance_at(env) as instance:
+        return latest_metadata(instance, key)
