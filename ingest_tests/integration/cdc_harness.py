@@ -62,10 +62,7 @@ class CdcHarness:
         return result
 
     def failure(self, result) -> str:
-        err = result.get_step_failure_events()[0].step_failure_data.error
-        while err.cause is not None:
-            err = err.cause
-        return err.message
+        return root_failure(result)
 
     def snapshot(self, tables: list[str] | None = None):
         return self.run([AssetKey([self.name, t, "snapshot"]) for t in tables or self.tables])
@@ -154,3 +151,11 @@ def latest_metadata_in(env: dict[str, str], key: AssetKey) -> dict:
 
     with instance_at(env) as instance:
         return latest_metadata(instance, key)
+
+
+def root_failure(result) -> str:
+    """The message of the innermost cause of a failed in-process run's first step failure."""
+    err = result.get_step_failure_events()[0].step_failure_data.error
+    while err.cause is not None:
+        err = err.cause
+    return err.message

@@ -18,6 +18,7 @@ from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
+from ingest_tests.integration.cdc_harness import root_failure
 from ingest.sources.dynamodb.deserialize import from_item
 from ingest.sources.dynamodb.types import TableTypes
 
@@ -79,17 +80,15 @@ class DynamoHarness:
                           **build_resources(config)}
         self.client = boto3.client("dynamodb", endpoint_url=self.endpoint, region_name="us-east-1")
 
-    def run(self, keys: list[AssetKey], partition: str | None = None, expect_success: bool = True):
+    def run(self, keys: list[AssetKey], partition: str | None = None, expect_success: bool = True,
+            tags: dict[str, str] | None = None):
         result = materialize(self.assets, selection=keys, partition_key=partition, instance=self.instance,
-                             resources=self.resources, raise_on_error=expect_success)
+                             resources=self.resources, raise_on_error=expect_success, tags=tags)
         assert result.success == expect_success
         return result
 
     def failure(self, result) -> str:
-        err = result.get_step_failure_events()[0].step_failure_data.error
-        while err.cause is not None:
-            err = err.cause
-        return err.message
+        return root_failure(result)
 
     def snapshot(self, table: str):
         return self.run([AssetKey([self.name, table, "snapshot"])])
@@ -98,7 +97,7 @@ class DynamoHarness:
         with build_sensor_context(instance=self.instance, resources=self.resources) as context:
             return self.sensor(context)
 
-    def sync(self) -> list[str]:
+    def sync(self, expect_success: bool = True) -> list[str]:
         """One sensor tick and the runs it asks for; the batch keys it ran."""
         result = self.tick()
         if not isinstance(result, SensorResult):
@@ -107,7 +106,7 @@ class DynamoHarness:
             self.instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
         ran = []
         for request in result.run_requests:
-            self.run(list(request.asset_selection), request.partition_key)
+            self.run(list(request.asset_selection), request.partition_key, expect_success, dict(request.tags))
             ran.append(request.partition_key)
         return ran
 

@@ -1,9 +1,13 @@
 """DynamoDB end to end on a real moto server over HTTP: scan snapshot, stream batches, silver."""
 
 import base64
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, build_sensor_context
 
 from ingest.lake.commits import commits
 from ingest_tests.integration.dynamodb_harness import (
@@ -179,3 +183,40 @@ def test_scan_segments_are_spark_partitions_read_at_once(harness, ddb, spark):
     assert df.rdd.getNumPartitions() == 4
     assert sorted(r[0] for r in df.select("id").collect()) == sorted(f"p{i}" for i in range(40))
     assert {int(r[0]) for r in df.select("_pos").collect()} == {7}
+
+
+def test_a_batch_with_a_value_its_column_cannot_hold_fails_naming_it_and_is_retried_then_left(harness, ddb):
+    from dagster import SkipReason
+
+    table = create_table(ddb, unique("badval"))
+    h = harness([table])
+    h.snapshot(table)
+    ddb.put_item(TableName=table, Item={"id": {"S": "bad-1"}, "total": {"N": "1.239"}})  # declared decimal(12,2)
+    assert h.sync(expect_success=False) == ["00000001"]
+    err = h.failure(h.run([AssetKey(["src", table, "changes"])], "00000001", expect_success=False))
+    assert "id='bad-1'" in err and "attribute 'total'" in err and "more than 2 decimal places" in err
+    # the sensor retries the failed batch until 3 of its runs failed (the untagged run above is not its own)
+    assert h.sync(expect_success=False) == ["00000001"]
+    assert h.sync(expect_success=False) == ["00000001"]
+    with build_sensor_context(instance=h.instance) as context:
+        skip = h.sensor(context)
+    assert isinstance(skip, SkipReason) and "batch 00000001 failed 3 times" in skip.skip_message
+    assert not bronze_exists(h, table)  # nothing was committed by the failed runs
+
+
+def bronze_exists(h, table):
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(h.spark, h.path(table, "bronze"))
+
+
+def test_the_code_location_loads_with_a_dynamodb_source(moto, tmp_path):
+    sources = write_sources(tmp_path, moto.endpoint_url, ["some_table"],
+                            access_key_id_env="DDB_TEST_KEY", secret_access_key_env="DDB_TEST_SECRET")
+    env = {**os.environ, "INGEST_SOURCES": str(sources), "DAGSTER_HOME": str(tmp_path),
+           "DDB_TEST_KEY": "local", "DDB_TEST_SECRET": "local"}
+    (tmp_path / "dagster.yaml").write_text("")
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w",
+                          "workspace.yaml"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]

@@ -73,8 +73,10 @@ def test_a_default_number_key_with_too_many_decimals_is_refused_not_rounded():
     ("decimal(12, 2)", "decimal(12,2)"), ("number", "decimal(38,9)"), ("array<string>", "array<string>"),
     ("struct<a:int, b:array<double>>", "struct<`a`:int,`b`:array<double>>"), ("json", "string"),
 ])
-def test_declared_types_parse(text, spark):
-    assert parse_type(text).spark == spark
+def test_declared_types_parse_and_render_back(text, spark):
+    parsed = parse_type(text)
+    assert parsed.spark == spark
+    assert parse_type(parsed.declared) == parsed  # what executors receive reads back the same
 
 
 @pytest.mark.parametrize("text", ["varchar", "decimal(40,2)", "array<string", "struct<a string>", "int x"])

@@ -59,7 +59,9 @@ def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segmen
 
 
 def _register_data_source(spark) -> None:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+    from ingest.lake.datasource import register_reader
 
     class Segment(InputPartition):
         def __init__(self, segment: int):
@@ -89,31 +91,7 @@ def _register_data_source(spark) -> None:
                                     spec["consistent"], spec["page_size"], int(spec["pos"]),
                                     to_arrow_schema(self.schema, timezone="UTC"))
 
-    class DynamoDBSegments(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return DATA_SOURCE_NAME
-
-        def schema(self):
-            return self.options["ddl"]
-
-        def reader(self, schema):
-            return SegmentReader(self.options, schema)
-
-    spark.dataSource.register(DynamoDBSegments)
-
-
-def declared_spec(types: TableTypes) -> list[tuple[str, str]]:
-    """Column types as text the executors parse back (`json` stays `json`, not its Spark string)."""
-    def text(t) -> str:
-        if t.kind == "json":
-            return "json"
-        if t.kind == "array":
-            return f"array<{text(t.element)}>"
-        if t.kind == "struct":
-            return "struct<" + ",".join(f"{n}:{text(ft)}" for n, ft in t.fields) + ">"
-        return t.spark
-    return [(n, text(t)) for n, t in types.columns]
+    register_reader(spark, DATA_SOURCE_NAME, SegmentReader)
 
 
 def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTypes, segments: list[int],
@@ -122,7 +100,7 @@ def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTy
     ddl = ", ".join([*(f"{spark_ident(n)} {t}" for n, t in types.spark_columns()), "`_pos` decimal(38,0)"])
     spec = {"client": {"region": settings.region, "endpoint_url": settings.endpoint_url,
                        "max_attempts": settings.max_attempts},
-            "table": table, "keys": list(types.key_columns), "columns": declared_spec(types),
+            "table": table, "keys": list(types.key_columns), "columns": [(n, t.declared) for n, t in types.columns],
             "segments": segments, "total": total, "consistent": consistent, "page_size": page_size, "pos": str(pos)}
     reader = spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
     settings = settings.resolved()

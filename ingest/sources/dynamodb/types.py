@@ -53,14 +53,24 @@ class ColumnType:
 
     @property
     def spark(self) -> str:
+        """The Spark SQL type (`json` is a string column)."""
+        return self._render(spark=True)
+
+    @property
+    def declared(self) -> str:
+        """The type as declared in the sources file: parse_type reads it back."""
+        return self._render(spark=False)
+
+    def _render(self, spark: bool) -> str:
         if self.kind == "decimal":
             return f"decimal({self.precision},{self.scale})"
         if self.kind == "json":
-            return "string"
+            return "string" if spark else "json"
         if self.kind == "array":
-            return f"array<{self.element.spark}>"
+            return f"array<{self.element._render(spark)}>"
         if self.kind == "struct":
-            return "struct<" + ",".join(f"`{n.replace('`', '``')}`:{t.spark}" for n, t in self.fields) + ">"
+            name = (lambda n: f"`{n}`") if spark else (lambda n: n)
+            return "struct<" + ",".join(f"{name(n)}:{t._render(spark)}" for n, t in self.fields) + ">"
         return self.kind
 
 

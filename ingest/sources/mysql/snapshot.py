@@ -82,7 +82,9 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
 
 
 def _register_data_source(spark) -> None:
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+    from ingest.lake.datasource import register_reader
 
     class ChunkGroup(InputPartition):
         def __init__(self, chunks: list[dict]):
@@ -106,18 +108,7 @@ def _register_data_source(spark) -> None:
                 chunk = Chunk(c["index"], key_from_json(c["lo"]), key_from_json(c["hi"]))
                 yield from read_chunk(self.params, self.spec, chunk, arrow_schema)
 
-    class MySQLChunks(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return DATA_SOURCE_NAME
-
-        def schema(self):
-            return self.options["ddl"]
-
-        def reader(self, schema):
-            return ChunkReader(self.options, schema)
-
-    spark.dataSource.register(MySQLChunks)
+    register_reader(spark, DATA_SOURCE_NAME, ChunkReader)
 
 
 def snapshot_ddl(schema: TableSchema) -> str:
