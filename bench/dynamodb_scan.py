@@ -33,6 +33,26 @@ def load(client, table: str, items: int) -> None:
             for i in range(start, min(start + 25, items))]})
 
 
+def raw_scan(client, table: str, segments: int, threads: int) -> float:
+    """Seconds for bare boto3 Scan loops over `segments` segments on `threads` threads (nothing done per item)."""
+    import concurrent.futures
+
+    def one(segment: int) -> int:
+        kwargs = {"TableName": table, "Segment": segment, "TotalSegments": segments}
+        n = 0
+        while True:
+            page = client.scan(**kwargs)
+            n += len(page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return n
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        sum(pool.map(one, range(segments)))
+    return time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=50_000)
@@ -81,13 +101,18 @@ def main() -> None:
                 f"{parallel:.1f} s), baseline single_segment_scan {base:,.0f} items/s ({single:.1f} s), "
                 f"ratio {ours / base:.2f}")
         print(line)
+        raw_single, raw_parallel = raw_scan(client, "bench", 1, 1), raw_scan(client, "bench", 4, 2)
+        print(f"dynamodb_scan_limit_{args.items // 1000}k: ours {ours:,.0f} items/s, baseline raw_boto3_scan "
+              f"{args.items / raw_single:,.0f} items/s (4 segments on 2 threads: {args.items / raw_parallel:,.0f} "
+              f"items/s), ratio {ours / (args.items / raw_single):.2f}")
         if args.json:
             args.json.write_text(json.dumps({
                 "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                             "platform": platform.platform()},
                 "results": [{"name": "dynamodb_scan", "items": args.items, "ours_items_per_s": ours,
                              "baseline": "single_segment_scan", "baseline_items_per_s": base,
-                             "ratio": ours / base}]}, indent=2))
+                             "ratio": ours / base, "raw_boto3_single_items_per_s": args.items / raw_single,
+                             "raw_boto3_4_segments_2_threads_items_per_s": args.items / raw_parallel}]}, indent=2))
         spark.stop()
     finally:
         moto.stop()
