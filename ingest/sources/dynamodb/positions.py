@@ -168,7 +168,8 @@ def _generations(listing: Sequence[Shard], known: Mapping[str, int], root_genera
     return out
 
 
-def snapshot_checkpoint(stream_arn: str, listing: Sequence[Shard], anchor: StreamCheckpoint | None) -> StreamCheckpoint:
+def snapshot_checkpoint(stream_arn: str, listing: Sequence[Shard], anchor: StreamCheckpoint | None,
+                        table: str = "") -> StreamCheckpoint:
     """The positions recorded before a scan starts.
 
     On the anchor's stream (a re-snapshot while changes sync), the anchor's
@@ -179,7 +180,7 @@ def snapshot_checkpoint(stream_arn: str, listing: Sequence[Shard], anchor: Strea
     later change of that item is replayed after it.
     """
     if anchor is not None and anchor.stream_arn == stream_arn:
-        return advance(anchor, listing, table="")
+        return advance(anchor, listing, table)
     root = anchor.max_generation() + 1 if anchor is not None else 0
     gens = _generations(listing, {}, root)
     shards = [ShardCheckpoint(s.shard_id, s.parent_id, gens[s.shard_id], None,

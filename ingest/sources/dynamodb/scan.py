@@ -162,7 +162,7 @@ class ScanSnapshotWrite:
             bronze = last_commit(spark, sibling_location(path, BRONZE), kind="bronze")
             anchor = StreamCheckpoint.from_metadata(bronze.metadata["end"]) if bronze else None
             listing = describe_stream(self.settings.streams(), stream_arn, self.table, self.source).shards
-            positions = snapshot_checkpoint(stream_arn, listing, anchor)
+            positions = snapshot_checkpoint(stream_arn, listing, anchor, self.table)
             log(f"starting snapshot {snapshot_id} of {self.table}; stream positions {positions.summary()}")
         pos = positions.floor_pos()
         pending = [s for s in range(self.segments) if s not in set(done)]
