@@ -9,12 +9,17 @@ from dagster import (
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.silver import SilverFromBatch
-from ingest.lake.tables import CHANGES, LakeTable
+from ingest.lake.tables import CHANGES, LakeTable, asset_part
 from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
 
 KINDS_MYSQL = {"mysql", "delta", "spark"}
+
+
+def table_key(name: str, table: str, layer: str | None = None) -> AssetKey:
+    """`<source>/<table>[/<layer>]`, the table's name made a valid Dagster name (see asset_part)."""
+    return AssetKey([name, asset_part(table), *([layer] if layer else [])])
 
 
 def resolve_tables(name: str, source: MySQLSource, config: SourcesConfig) -> list[str]:
@@ -38,7 +43,7 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
     config_ref = f"{config.path}: sources.{name}.tables.include ({table})"
 
     @asset(
-        key=AssetKey([name, table, "snapshot"]),
+        key=table_key(name, table, "snapshot"),
         group_name=name,
         kinds=KINDS_MYSQL,
         io_manager_key="lake",
@@ -69,7 +74,7 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                   partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
     @multi_asset(
         name=f"{name}_changes",
-        outs={t: AssetOut(key=AssetKey([name, t, CHANGES]), io_manager_key="lake", kinds={"mysql", "delta"},
+        outs={asset_part(t): AssetOut(key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={"mysql", "delta"},
                           description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch, "
                                       "with op, `_pos`, commit time, GTID and the before image of updates.",
                           metadata={"lake/layer": "bronze", "source": name, "table": t})
@@ -88,13 +93,13 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                     for t in tables if t in existing}
         for t in tables:
             if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
-                recorded = latest_metadata(context.instance, AssetKey([name, t, "snapshot"])).get("key_columns")
+                recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
                 if recorded:
                     keys[t] = list(recorded.value)
         writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
                                    previous_server_id=last_server_id(context.instance, name, tables))
         for table in tables:
-            yield Output(writes[table], output_name=table)
+            yield Output(writes[table], output_name=asset_part(table))
 
     return _changes
 
@@ -110,7 +115,7 @@ def latest_metadata(instance, key: AssetKey) -> dict:
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     """The server_id recorded by the newest change batch of the source, if any."""
     for t in tables:
-        recorded = latest_metadata(instance, AssetKey([name, t, CHANGES])).get("server_id")
+        recorded = latest_metadata(instance, table_key(name, t, CHANGES)).get("server_id")
         if recorded is not None:
             return int(recorded.value)
     return None
@@ -118,13 +123,13 @@ def last_server_id(instance, name: str, tables: list[str]) -> int | None:
 
 def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
     @asset(
-        key=AssetKey([name, table]),
+        key=table_key(name, table),
         group_name=name,
         kinds={"delta", "spark"},
         io_manager_key="lake",
         partitions_def=partitions,
-        ins={"snapshot": AssetIn(key=AssetKey([name, table, "snapshot"])),
-             "changes": AssetIn(key=AssetKey([name, table, CHANGES]))},
+        ins={"snapshot": AssetIn(key=table_key(name, table, "snapshot")),
+             "changes": AssetIn(key=table_key(name, table, CHANGES))},
         description=(
             f"Current state of {what}: the latest snapshot, then each change batch "
             "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "

@@ -8,6 +8,7 @@ from dagster import (
 )
 
 from ingest.config import MySQLSource
+from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
@@ -27,10 +28,10 @@ def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
 
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                   partitions: DynamicPartitionsDefinition) -> SensorDefinition:
-    batch_assets = [*[AssetKey([name, t, CHANGES]) for t in tables], *[AssetKey([name, t]) for t in tables]]
-    selection = AssetSelection.assets(*[AssetKey([name, t, CHANGES]) for t in tables],
-                                      *[AssetKey([name, t]) for t in tables],
-                                      *[AssetKey([name, t, "snapshot"]) for t in tables])
+    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables]]
+    selection = AssetSelection.assets(*[table_key(name, t, CHANGES) for t in tables],
+                                      *[table_key(name, t) for t in tables],
+                                      *[table_key(name, t, "snapshot") for t in tables])
 
     @sensor(
         name=f"{name}_binlog_sensor",
@@ -50,7 +51,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         existing = context.instance.get_dynamic_partitions(partitions.name)
         last_end = max((BatchRange.from_key(k, state.head.basename).end for k in existing), default=None)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
-        starts = {t: snapshot_log_start(context.instance, AssetKey([name, t, "snapshot"]))
+        starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
                   for t in tables if t in state.tables}
         unsnapshotted = sorted(t for t, p in starts.items() if p is None)
         first_start = None
@@ -66,7 +67,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             # an included table created after CDC started: snapshot it; its silver catches up from bronze
             requests.append(RunRequest(
                 run_key=f"snapshot:{','.join(unsnapshotted)}:{state.head}", tags={SOURCE_TAG: name},
-                asset_selection=[AssetKey([name, t, "snapshot"]) for t in unsnapshotted]))
+                asset_selection=[table_key(name, t, "snapshot") for t in unsnapshotted]))
         plan = plan_next_batch(last_end, first_start, state.head, state.logs, source.cdc.max_batch_files)
         if plan.batch is None and not requests:
             return SkipReason(plan.reason)

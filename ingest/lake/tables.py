@@ -18,6 +18,17 @@ def spark_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def asset_part(table: str) -> str:
+    """A source table's name as an asset key part and lake folder: Dagster names allow only
+    [A-Za-z0-9_], so other characters become `_` and a short hash of the real name keeps
+    `order-lines` and `order_lines` apart."""
+    import hashlib
+    import re
+
+    clean = re.sub(r"[^A-Za-z0-9_]", "_", table)
+    return clean if clean == table else f"{clean}_{hashlib.sha1(table.encode()).hexdigest()[:6]}"
+
+
 def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
     """`<lake_root>/<source>/<table>/<layer>`: layers side by side, never one table's
     folder inside another's (VACUUM of the outer one would delete the inner one)."""

@@ -130,3 +130,26 @@ def test_dynamodb_errors_name_the_key(tmp_path, mutate, where):
     with pytest.raises(ConfigError) as exc:
         load_config(write(tmp_path, data))
     assert where in str(exc.value)
+
+
+hostile = st.text(alphabet=st.sampled_from(list("ab_`'\";-$ */.\\\n")), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["kind", "region", "endpoint_url", "tables", "attributes", "snapshot", "cdc",
+                                        "access_key_id_env", "secret_access_key_env", "max_attempts", "bogus"]),
+                       junk | hostile | st.lists(hostile, max_size=3)
+                       | st.dictionaries(hostile, st.dictionaries(hostile, hostile, max_size=2), max_size=2),
+                       max_size=9))
+def test_fuzzed_dynamodb_sources_give_config_errors_only(source):
+    """Wrong types, unknown keys, missing fields and hostile names: a ConfigError naming the file, or a
+    config whose table names and declared types are safe to use."""
+    from ingest.config import DYNAMODB_TABLE_RE
+
+    try:
+        cfg = parse_config({"sources": {"s": {"kind": "dynamodb", **source}}}, "fuzz.yaml")
+    except ConfigError as exc:
+        assert "fuzz.yaml" in str(exc)
+        return
+    for table in cfg.sources["s"].tables:
+        assert DYNAMODB_TABLE_RE.match(table)

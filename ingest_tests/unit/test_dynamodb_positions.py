@@ -87,3 +87,13 @@ def test_batch_keys_and_where_each_batch_starts():
         choose_start("s", "t", "00000002", None, snap)
     with pytest.raises(BatchOrderError, match="needs a finished snapshot"):
         choose_start("s", "t", "00000001", None, None)
+
+
+def test_table_names_become_valid_distinct_asset_key_parts():
+    import re
+
+    from ingest.lake.tables import asset_part
+
+    assert asset_part("orders") == "orders"
+    parts = {asset_part(t) for t in ("order-lines", "order_lines", "order$lines", "order lines")}
+    assert len(parts) == 4 and all(re.fullmatch(r"[A-Za-z0-9_]+", p) for p in parts)

@@ -1,0 +1,123 @@
+"""Secrets stay out of everything written, and hostile identifiers cannot inject SQL."""
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from dagster import AssetKey, DagsterInstance
+
+from ingest.lake.tables import asset_part
+from ingest.localdev.mariadb import INGEST_GRANTS
+from ingest_tests.integration.cdc_harness import (
+    CdcHarness, add_partitions, dagster_env, register_batch_to_head, write_sources,
+)
+from ingest_tests.integration.dynamodb_harness import create_table, unique
+from ingest_tests.integration.test_cdc_e2e import DAGSTER, ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def test_hostile_database_table_and_column_names_are_quoted_everywhere(spark, mariadb, tmp_path):
+    database = "ingest test-db`x"  # a space, a hyphen and a backtick
+    table = "odd-name$1"
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS `ingest test-db``x`")
+        cur.execute("CREATE DATABASE `ingest test-db``x`")
+        cur.execute("CREATE TABLE `ingest test-db``x`.`odd-name$1` (`id` INT PRIMARY KEY, `we``ird col` TEXT, "
+                    "`select` INT, `x'); DROP TABLE t; --` INT)")
+        cur.execute("INSERT INTO `ingest test-db``x`.`odd-name$1` VALUES (1, 'a`b', 1, 1), (2, 'c''d', 2, 2)")
+    sources = write_sources(tmp_path, mariadb.port, database, [table])
+    h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral())
+    h.snapshot()
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("UPDATE `ingest test-db``x`.`odd-name$1` SET `we``ird col` = 'z;`--' WHERE id = 1")
+        cur.execute("INSERT INTO `ingest test-db``x`.`odd-name$1` VALUES (3, '''; DROP', 3, 3)")
+        cur.execute("DELETE FROM `ingest test-db``x`.`odd-name$1` WHERE id = 2")
+    assert h.sync() is not None
+    columns = ["id", "`we``ird col`", "`select`", "`x'); DROP TABLE t; --`"]
+    assert h.live(asset_part(table), columns) == [(1, "z;`--", 1, 1), (3, "'; DROP", 3, 3)]
+
+
+def test_the_documented_grants_are_the_ones_the_tests_run_with(mariadb):
+    """Every MariaDB test runs as a user with exactly these grants, and the README documents them."""
+    assert f"GRANT {INGEST_GRANTS} ON *.* TO 'ingest'@'%';" in README
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW GRANTS FOR 'ingest'@'127.0.0.1'")
+        grants = " ".join(r[0] for r in cur.fetchall())
+    granted = {g.strip() for g in grants.split(" ON ")[0].removeprefix("GRANT ").split(",")}
+    # MariaDB names REPLICATION CLIENT "BINLOG MONITOR"
+    assert granted == {"SELECT", "REPLICATION SLAVE", "BINLOG MONITOR"}, grants
+
+
+def test_without_replication_slave_a_batch_fails_naming_the_privilege(spark, mariadb, database, root, tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE p (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO p VALUES (1)")
+    mariadb.create_ingest_user("noslave", "noslave-pw")
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("REVOKE REPLICATION SLAVE ON *.* FROM 'noslave'@'127.0.0.1'")
+    os.environ["NOSLAVE_PW"] = "noslave-pw"
+    sources = tmp_path / "s.yaml"
+    sources.write_text(yaml.safe_dump({"sources": {"src": {
+        "host": "127.0.0.1", "port": mariadb.port, "user": "noslave", "password_env": "NOSLAVE_PW",
+        "database": database, "tables": {"include": ["p"]}}}}))
+    h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral())
+    h.snapshot()  # SELECT is enough for the snapshot
+    with root.cursor() as cur:
+        cur.execute("INSERT INTO p VALUES (2)")
+    key = h.add_batch()
+    result = h.run_batch(key, expect_success=False)
+    assert "REPLICATION SLAVE" in h.failure(result)
+
+
+def test_credentials_appear_in_no_log_metadata_commit_or_error(spark, mariadb, database, root, moto, tmp_path):
+    password = f"Pw-{uuid.uuid4().hex}"
+    aws_secret = f"AwsSecret-{uuid.uuid4().hex}"
+    mariadb.create_ingest_user("secretive", password)
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v TEXT)")
+        cur.execute("INSERT INTO s VALUES (1, 'a'), (2, 'b')")
+    ddb = boto3.client("dynamodb", endpoint_url=moto.endpoint_url, region_name="us-east-1")
+    dtable = create_table(ddb, unique("secrets"))
+    ddb.put_item(TableName=dtable, Item={"id": {"S": "k1"}})
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(yaml.safe_dump({"sources": {
+        "src": {"host": "127.0.0.1", "port": mariadb.port, "user": "secretive", "password_env": "SECRET_DB_PW",
+                "database": database, "tables": {"include": ["s"]}},
+        "ddb": {"kind": "dynamodb", "endpoint_url": moto.endpoint_url, "tables": [dtable],
+                "access_key_id_env": "SECRET_AWS_KEY", "secret_access_key_env": "SECRET_AWS_SECRET"},
+    }}))
+    env = {**dagster_env(tmp_path, sources), "SECRET_DB_PW": password, "SECRET_AWS_KEY": "local-key",
+           "SECRET_AWS_SECRET": aws_secret}
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(key, None)
+    outputs = []
+
+    def materialize(*args, ok=True):
+        run = subprocess.run([DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", *args], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+        outputs.append(run.stdout + run.stderr)
+        assert (run.returncode == 0) == ok, run.stderr[-3000:]
+
+    materialize("--select", f"src/s/snapshot,ddb/{dtable}/snapshot")
+    with root.cursor() as cur:
+        cur.execute("UPDATE s SET v = 'c' WHERE id = 1")
+    ddb.put_item(TableName=dtable, Item={"id": {"S": "k2"}})
+    batch = register_batch_to_head(env, root, "src", "s")
+    materialize("--select", "src/s/changes,src/s", "--partition", batch)
+    add_partitions(env, f"ddb_{dtable}_batches", ["00000001", "00000003"])
+    materialize("--select", f"ddb/{dtable}/changes,ddb/{dtable}", "--partition", "00000001")
+    materialize("--select", f"ddb/{dtable}/changes", "--partition", "00000003", ok=False)  # an error, too
+    assert "continues batch 00000002" in outputs[-1]
+    lake_logs = list((tmp_path / "lake").rglob("_delta_log/*.json"))
+    assert len(lake_logs) >= 6
+    for secret in (password, aws_secret):
+        for text in outputs:
+            assert secret not in text
+        for path in tmp_path.rglob("*"):
+            if path.is_file() and path != sources:
+                assert secret.encode() not in path.read_bytes(), f"{secret[:6]}... found in {path}"
