@@ -151,3 +151,4 @@ def test_a_stream_without_new_images_is_refused():
         page["StreamDescription"]["StreamViewType"] = "KEYS_ONLY"
     with pytest.raises(StreamSettingsError, match="KEYS_ONLY.*NEW_AND_OLD_IMAGES"):
         describe_stream(api, ARN, "orders", "src")
+

@@ -10,12 +10,12 @@ while is survived, and anything else is raised at once.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ingest.retry import retrying
 from ingest.sources.dynamodb.errors import SourceUnavailable
 
 TRANSIENT_CODES = frozenset({
@@ -94,18 +94,13 @@ def is_transient(exc: BaseException) -> bool:
 def call(fn: Callable[..., Any], what: str, *, attempts: int = 6, base_delay: float = 0.2,
          sleep: Callable[[float], None] = time.sleep, **kwargs: Any) -> Any:
     """`fn(**kwargs)`, retrying the transient errors with capped exponential backoff and jitter."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - classified right below
-            if not is_transient(exc):
-                raise
-            if attempt == attempts:
-                raise SourceUnavailable(f"{what}: still failing after {attempts} attempts "
-                                        f"({error_code(exc) or type(exc).__name__}: {exc}). Fix: check the endpoint "
-                                        "and its throttling; the next run resumes from the last committed position") from exc
-            sleep(min(base_delay * 2 ** (attempt - 1), 5.0) * (0.5 + random.random() / 2))
-    raise AssertionError("unreachable")
+    def give_up(exc: BaseException, tries: int) -> SourceUnavailable:
+        return SourceUnavailable(f"{what}: still failing after {tries} attempts ({error_code(exc) or type(exc).__name__}: "
+                                 f"{exc}). Fix: check the endpoint and its throttling; the next run resumes from "
+                                 "the last committed position")
+
+    return retrying(lambda: fn(**kwargs), is_transient, give_up, attempts=attempts, base_delay=base_delay,
+                    sleep=sleep)
 
 
 def client_settings(source) -> ClientSettings:

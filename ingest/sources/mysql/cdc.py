@@ -11,7 +11,8 @@ from ingest.lake.bronze import BronzeWrite, columns_of
 from ingest.sources.mysql.binlog import (
     binary_logs, check_available, check_binlog_settings, master_position, read_batch,
 )
-from ingest.sources.mysql.errors import BinlogGap
+from ingest.retry import retrying
+from ingest.sources.mysql.errors import BinlogGap, SourceUnreachable, is_transient
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
 from ingest.sources.mysql.schema import ConnectionParams
 
@@ -81,9 +82,27 @@ def check_server_identity(source: str, previous: int | None, current: int) -> No
 def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
                       key_columns: Mapping[str, Sequence[str]],
                       all_tables: Sequence[str] | None = None,
-                      previous_server_id: int | None = None) -> dict[str, BronzeWrite]:
+                      previous_server_id: int | None = None, attempts: int = 6) -> dict[str, BronzeWrite]:
     """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
-    `all_tables` (tables with no key known get an empty one)."""
+    `all_tables` (tables with no key known get an empty one).
+
+    The range is fixed and nothing is written while reading, so a connection
+    that drops or a server that restarts mid-read is survived by reading the
+    whole range again (bounded retries); then it fails naming the source.
+    """
+    def give_up(exc: BaseException, tries: int) -> SourceUnreachable:
+        return SourceUnreachable(
+            f"source {source}: batch {batch_key} lost its connection to {params.host}:{params.port} {tries} times "
+            f"({exc}). Fix: check the server; the batch re-reads its whole range when run again, nothing of it "
+            "was written", code=getattr(exc, "code", None))
+
+    return retrying(lambda: _read_change_batch(params, source, batch_key, key_columns, all_tables, previous_server_id),
+                    is_transient, give_up, attempts=attempts, base_delay=0.5)
+
+
+def _read_change_batch(params: ConnectionParams, source: str, batch_key: str,
+                       key_columns: Mapping[str, Sequence[str]], all_tables: Sequence[str] | None,
+                       previous_server_id: int | None) -> dict[str, BronzeWrite]:
     tables = sorted(all_tables or key_columns)
     with params.connect() as conn:
         check_binlog_settings(conn, source)

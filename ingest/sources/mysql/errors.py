@@ -26,7 +26,26 @@ class NoPrimaryKey(MySQLSourceError):
 
 
 class SourceUnreachable(MySQLSourceError):
-    pass
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The client error code (2003: refused, 1045: access denied, ...)."""
+
+
+# Client and server codes of a connection that went away or could not be made for now:
+# 2003 cannot connect, 2006 server has gone away, 2013 lost connection during query,
+# 2055 lost connection at reading, 1053 server shutdown in progress, 1927 connection killed.
+TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927})
+
+
+def is_transient(exc: BaseException) -> bool:
+    import pymysql
+
+    if isinstance(exc, SourceUnreachable):
+        return exc.code in TRANSIENT_CODES
+    if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+        return bool(exc.args) and exc.args[0] in TRANSIENT_CODES
+    return False
 
 
 class BinlogDisabled(MySQLSourceError):

@@ -39,7 +39,8 @@ class ConnectionParams:
         except pymysql.err.OperationalError as exc:
             raise SourceUnreachable(
                 f"cannot connect to {self.user}@{self.host}:{self.port}/{self.database}: {exc.args[-1]}. "
-                "Fix: check that the server is up, and the host, port, user and password variable in the sources config"
+                "Fix: check that the server is up, and the host, port, user and password variable in the sources config",
+                code=exc.args[0] if exc.args else None,
             ) from None
         with conn.cursor() as cur:
             # TIMESTAMP values are read as UTC wall clock (DESIGN principle 5).

@@ -1,0 +1,39 @@
+"""Bounded retries of transient errors, and which MySQL errors count as transient."""
+
+import pytest
+
+from ingest.retry import retrying
+
+
+def test_mysql_connection_errors_are_transient_and_others_are_not():
+    import pymysql
+
+    from ingest.sources.mysql.errors import SourceUnreachable, is_transient
+
+    assert is_transient(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"))
+    assert is_transient(SourceUnreachable("refused", code=2003))
+    assert not is_transient(SourceUnreachable("denied", code=1045))
+    assert not is_transient(pymysql.err.OperationalError(1236, "purged"))
+    assert not is_transient(ValueError("x"))
+
+
+def test_retrying_stops_at_the_bound_and_raises_the_sources_own_error():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        raise ConnectionError("down")
+
+    with pytest.raises(RuntimeError, match="gave up after 3") as exc:
+        retrying(flaky, lambda e: isinstance(e, ConnectionError), lambda e, n: RuntimeError(f"gave up after {n}"),
+                 attempts=3, sleep=lambda s: None)
+    assert len(calls) == 3 and isinstance(exc.value.__cause__, ConnectionError)
+    results = iter([ConnectionError("down"), "ok"])
+
+    def once_down():
+        value = next(results)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    assert retrying(once_down, lambda e: isinstance(e, ConnectionError), lambda e, n: e, sleep=lambda s: None) == "ok"
