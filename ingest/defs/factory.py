@@ -10,7 +10,7 @@ from dagster import (
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import CHANGES, LakeTable, asset_part
-from ingest.sources.mysql.cdc import read_change_batch
+from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
 
@@ -86,18 +86,22 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
     )
     def _changes(context: AssetExecutionContext):
         params = connection_params(source)
-        with params.connect() as conn:
-            existing = set(list_tables(conn, source.database))
-            keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables.include "
-                                                                     f"({t})").primary_key)
-                    for t in tables if t in existing}
-        for t in tables:
-            if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
-                recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
-                if recorded:
-                    keys[t] = list(recorded.value)
-        writes = read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
-                                   previous_server_id=last_server_id(context.instance, name, tables))
+
+        def read():
+            with params.connect() as conn:
+                existing = set(list_tables(conn, source.database))
+                keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables."
+                                                                         f"include ({t})").primary_key)
+                        for t in tables if t in existing}
+            for t in tables:
+                if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
+                    recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
+                    if recorded:
+                        keys[t] = list(recorded.value)
+            return read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
+                                     previous_server_id=last_server_id(context.instance, name, tables))
+
+        writes = retry_batch_read(read, name, context.partition_key, params)
         for table in tables:
             yield Output(writes[table], output_name=asset_part(table))
 

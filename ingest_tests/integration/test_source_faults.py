@@ -59,3 +59,41 @@ def test_http_500_answers_are_retried_and_a_client_error_is_not():
     with pytest.raises(ClientError):
         call(lambda: (_ for _ in ()).throw(ClientError({"Error": {"Code": "ValidationException"}}, "Scan")), "Scan",
              sleep=lambda s: None)
+
+
+def test_a_mariadb_restart_around_a_batch_is_retried_and_the_batch_completes(spark, tmp_path):
+    """The server is down when the batch starts and comes back a few seconds later (a restart)."""
+    import os
+
+    from dagster import DagsterInstance
+
+    from ingest.localdev.mariadb import MariaDBServer
+    from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+
+    server = MariaDBServer(tmp_path / "mdb", free_port())
+    server.start()
+    try:
+        server.create_ingest_user("ingest", "fault-pw")
+        os.environ["FAULT_TEST_PW"] = "fault-pw"
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE f")
+        with server.connect(database="f") as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE f.t (id INT PRIMARY KEY, v INT)")
+            cur.execute("INSERT INTO f.t SELECT seq, 0 FROM seq_1_to_500")
+        h = CdcHarness(spark, write_sources(tmp_path, server.port, "f", ["t"], password_env="FAULT_TEST_PW"),
+                       tmp_path / "lake", DagsterInstance.ephemeral())
+        h.snapshot()
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("UPDATE f.t SET v = id WHERE id % 2 = 0")
+            cur.execute("DELETE FROM f.t WHERE id % 5 = 0")
+        key = h.add_batch()
+        server.stop()
+        restart = threading.Timer(3.0, server.start)
+        restart.start()
+        h.run_batch(key)  # connection refused (2003) until the server is back, then the whole range
+        restart.join()
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute("SELECT id, v FROM f.t")
+            assert h.live("t", ["id", "v"]) == sorted(cur.fetchall())
+    finally:
+        server.stop()

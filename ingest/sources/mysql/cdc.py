@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest.lake.bronze import BronzeWrite, columns_of
 from ingest.sources.mysql.binlog import (
@@ -15,6 +15,8 @@ from ingest.retry import retrying
 from ingest.sources.mysql.errors import BinlogGap, SourceUnreachable, is_transient
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
 from ingest.sources.mysql.schema import ConnectionParams
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,16 +81,12 @@ def check_server_identity(source: str, previous: int | None, current: int) -> No
         )
 
 
-def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
-                      key_columns: Mapping[str, Sequence[str]],
-                      all_tables: Sequence[str] | None = None,
-                      previous_server_id: int | None = None, attempts: int = 6) -> dict[str, BronzeWrite]:
-    """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
-    `all_tables` (tables with no key known get an empty one).
+def retry_batch_read(read: Callable[[], T], source: str, batch_key: str, params: ConnectionParams,
+                     attempts: int = 6) -> T:
+    """Run a batch's read again when the connection drops or the server restarts mid-read.
 
-    The range is fixed and nothing is written while reading, so a connection
-    that drops or a server that restarts mid-read is survived by reading the
-    whole range again (bounded retries); then it fails naming the source.
+    The range is fixed and nothing is written while reading, so reading the
+    whole range again is safe; after `attempts` it fails naming the source.
     """
     def give_up(exc: BaseException, tries: int) -> SourceUnreachable:
         return SourceUnreachable(
@@ -96,13 +94,15 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
             f"({exc}). Fix: check the server; the batch re-reads its whole range when run again, nothing of it "
             "was written", code=getattr(exc, "code", None))
 
-    return retrying(lambda: _read_change_batch(params, source, batch_key, key_columns, all_tables, previous_server_id),
-                    is_transient, give_up, attempts=attempts, base_delay=0.5)
+    return retrying(read, is_transient, give_up, attempts=attempts, base_delay=0.5)
 
 
-def _read_change_batch(params: ConnectionParams, source: str, batch_key: str,
-                       key_columns: Mapping[str, Sequence[str]], all_tables: Sequence[str] | None,
-                       previous_server_id: int | None) -> dict[str, BronzeWrite]:
+def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
+                      key_columns: Mapping[str, Sequence[str]],
+                      all_tables: Sequence[str] | None = None,
+                      previous_server_id: int | None = None) -> dict[str, BronzeWrite]:
+    """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
+    `all_tables` (tables with no key known get an empty one)."""
     tables = sorted(all_tables or key_columns)
     with params.connect() as conn:
         check_binlog_settings(conn, source)
