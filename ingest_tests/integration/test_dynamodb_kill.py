@@ -83,3 +83,47 @@ def stream_length(endpoint: str, table: str) -> int:
             return total
         total += len(page["Records"])
         it = page["NextShardIterator"]
+
+
+def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_batch_continues(spark, moto,
+                                                                                              tmp_path):
+    """Fencing: two racers of batch 1, started a second apart while writes keep landing (so they may
+    read different ends), commit it once; batch 2 starts at the committed end and nothing is lost."""
+    import boto3
+
+    from ingest.lake.commits import commits
+
+    ddb = boto3.client("dynamodb", endpoint_url=moto.endpoint_url, region_name="us-east-1")
+    table = create_table(ddb, unique("race"))
+    sources = write_sources(tmp_path, moto.endpoint_url, [table])
+    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), moto.endpoint_url)
+    ddb.put_item(TableName=table, Item={"id": {"S": "seed"}})
+    h.snapshot(table)
+    for i in range(300):
+        ddb.put_item(TableName=table, Item={"id": {"S": f"r{i % 120}"}, "v": {"N": str(i)}})
+    env = {**dagster_env(tmp_path, sources), "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+    add_partitions(env, f"src_{table}_batches", ["00000001", "00000002"])
+
+    def batch(key):
+        return [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions",
+                "--select", f"src/{table}/changes,src/{table}", "--partition", key]
+
+    racers = [subprocess.Popen(batch("00000001"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)]
+    for i in range(600):  # writes for as long as the racers run
+        if len(racers) == 2 and all(r.poll() is not None for r in racers):
+            break
+        ddb.put_item(TableName=table, Item={"id": {"S": f"late{i}"}, "v": {"N": str(i)}})
+        time.sleep(0.1)
+        if i == 10:
+            racers.append(subprocess.Popen(batch("00000001"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True))
+    outcomes = [(r.wait(600), r.stdout.read()) for r in racers]
+    assert any(code == 0 for code, _ in outcomes), outcomes[0][1][-3000:]
+    bronze_path = h.path(table, "bronze")
+    assert sum(1 for c in commits(spark, bronze_path) if c.metadata.get("batch") == "00000001") == 1
+    run = subprocess.run(batch("00000002"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    bronze = spark.read.format("delta").load(bronze_path)
+    assert bronze.count() == bronze.select("_txid").distinct().count() == stream_length(moto.endpoint_url, table)
+    assert h.silver_rows(table) == h.scan_rows(table)
