@@ -7,6 +7,8 @@ from dagster import (
 )
 
 from ingest.config import DynamoDBSource
+from ingest.defs.factory import latest_materialization, latest_metadata, silver_asset
+from ingest.defs.sensors import ACTIVE_STATUSES, SOURCE_TAG
 from ingest.lake.tables import CHANGES
 from ingest.sources.dynamodb.cdc import StreamBatchWrite
 from ingest.sources.dynamodb.positions import StreamCheckpoint, batch_key, batch_ordinal
@@ -63,14 +65,10 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
 
 def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, DynamicPartitionsDefinition]
                   ) -> SensorDefinition:
-    from ingest.defs.factory import latest_metadata
-    from ingest.defs.sensors import ACTIVE_STATUSES, SOURCE_TAG
-
     @sensor(
         name=f"{name}_stream_sensor", minimum_interval_seconds=source.cdc.min_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
-        asset_selection=[AssetKey([name, t, layer]) for t in source.tables for layer in (CHANGES,)]
-        + [AssetKey([name, t]) for t in source.tables],
+        asset_selection=[key for t in source.tables for key in (AssetKey([name, t, CHANGES]), AssetKey([name, t]))],
         description=f"Polls the stream of each table of DynamoDB source {name}; when records wait after the last "
                     "batch's end, adds the next batch as a partition and runs it with silver.",
     )
@@ -122,24 +120,17 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
 
 
 def _batch_request(name: str, table: str, key: str, run_key: str) -> RunRequest:
-    from ingest.defs.sensors import SOURCE_TAG
-
     return RunRequest(run_key=run_key, partition_key=key, tags={SOURCE_TAG: name, TABLE_TAG: table},
                       asset_selection=[AssetKey([name, table, CHANGES]), AssetKey([name, table])])
 
 
 def _batch_of(instance, name: str, table: str) -> str | None:
     """The partition of the table's newest changes materialization."""
-    from dagster import AssetRecordsFilter
-
-    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey([name, table, CHANGES])),
-                                              limit=1).records
-    return records[0].partition_key if records else None
+    record = latest_materialization(instance, AssetKey([name, table, CHANGES]))
+    return record.partition_key if record else None
 
 
 def build_dynamodb_defs(name: str, source: DynamoDBSource) -> tuple[list[AssetsDefinition], SensorDefinition]:
-    from ingest.defs.factory import silver_asset
-
     partitions = {t: stream_partitions(name, t) for t in source.tables}
     assets: list[AssetsDefinition] = []
     for table in source.tables:

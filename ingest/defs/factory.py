@@ -108,12 +108,18 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
     return _changes
 
 
-def latest_metadata(instance, key: AssetKey) -> dict:
-    """The metadata of an asset's newest materialization ({} when it has none)."""
+def latest_materialization(instance, key: AssetKey):
+    """The record of an asset's newest materialization (None when it has none)."""
     from dagster import AssetRecordsFilter
 
     records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=1).records
-    return dict(records[0].asset_materialization.metadata) if records else {}
+    return records[0] if records else None
+
+
+def latest_metadata(instance, key: AssetKey) -> dict:
+    """The metadata of an asset's newest materialization ({} when it has none)."""
+    record = latest_materialization(instance, key)
+    return dict(record.asset_materialization.metadata) if record else {}
 
 
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MARKER = "ingest"
 """Key whose presence tells our commits from anybody else's (OPTIMIZE, hand edits)."""
@@ -30,6 +33,13 @@ class Txn:
             raise ValueError(f"txn app id must be 1..200 characters: {self.app_id!r}")
         if self.version < 0:
             raise ValueError(f"txn version must not be negative: {self.version}")
+
+
+def waves(items: Sequence[T], per_commit: int) -> list[list[T]]:
+    """Work units (snapshot chunks, Scan segments) grouped per Delta commit, in order."""
+    if per_commit < 1:
+        raise ValueError(f"per_commit must be at least 1: {per_commit}")
+    return [list(items[i:i + per_commit]) for i in range(0, len(items), per_commit)]
 
 
 def encode_user_metadata(metadata: dict[str, Any], txn: Txn) -> str:

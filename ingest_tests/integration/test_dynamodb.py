@@ -126,14 +126,14 @@ def test_a_replaced_stream_stops_the_batches_until_a_resnapshot(harness, ddb):
     assert h.silver_rows(table) == h.scan_rows(table)
 
 
-def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, spark):
+def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, spark, monkeypatch):
     from ingest.sources.dynamodb.scan import ScanSnapshotWrite
 
     table = create_table(ddb, unique("resume"))
     for i in range(200):
         ddb.put_item(TableName=table, Item={"id": {"S": f"r{i}"}, "v": {"N": str(i)}})
     h = harness([table])
-    settings = h.resources[f"dynamodb_src"].settings()
+    settings = h.resources["dynamodb_src"].settings()
     write = ScanSnapshotWrite("src", table, settings, {}, segments=4, parallelism=2, segments_per_commit=1,
                               consistent_read=True, page_size=25)
     path = h.path(table, "snapshot")
@@ -147,12 +147,9 @@ def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, 
             raise RuntimeError("killed")
         return real(*args, **kwargs)
 
-    scan.read_segments_df = dies_on_third_wave
-    try:
-        with pytest.raises(RuntimeError, match="killed"):
-            write.apply(spark, path, print)
-    finally:
-        scan.read_segments_df = real
+    monkeypatch.setattr(scan, "read_segments_df", dies_on_third_wave)
+    with pytest.raises(RuntimeError, match="killed"):
+        write.apply(spark, path, print)
     first = commits(spark, path)[0].metadata
     assert first["segments_done"] == [0, 1] and not first["complete"]
     resumed_calls = []
@@ -161,17 +158,14 @@ def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, 
         resumed_calls.append(args[4])
         return real(*args, **kwargs)
 
-    scan.read_segments_df = spy
-    try:
-        meta = write.apply(spark, path, print)
-    finally:
-        scan.read_segments_df = real
+    monkeypatch.setattr(scan, "read_segments_df", spy)
+    meta = write.apply(spark, path, print)
     assert resumed_calls == [[2], [3]] and meta["resumed"] and meta["snapshot_id"] == first["snapshot_id"]
     df = spark.read.format("delta").load(path)
     assert df.count() == 200 and df.select("id").distinct().count() == 200
 
 
-def test_scan_segments_are_spark_partitions_read_at_once(harness, ddb, spark):
+def test_each_scan_segment_is_a_spark_partition(harness, ddb, spark):
     from ingest.sources.dynamodb.scan import read_segments_df
 
     table = create_table(ddb, unique("parts"))

@@ -3,12 +3,10 @@
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import boto3
-import pytest
 import yaml
-from dagster import AssetKey, DagsterInstance
+from dagster import DagsterInstance
 
 from ingest.lake.tables import asset_part
 from ingest.localdev.mariadb import INGEST_GRANTS

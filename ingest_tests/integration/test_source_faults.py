@@ -1,4 +1,4 @@
-"""A DynamoDB endpoint that goes away: retried within bounds, then a clear error; a restart in between is survived."""
+"""Sources that go away: retried within bounds, then a clear error; a restart in between is survived."""
 
 import threading
 import time
@@ -39,26 +39,6 @@ def test_a_restart_within_the_retry_window_is_survived():
         assert result["TableNames"] == []
     finally:
         server.stop()
-
-
-def test_http_500_answers_are_retried_and_a_client_error_is_not():
-    from botocore.exceptions import ClientError
-
-    answers = iter([500, 503, 200])
-    seen = []
-
-    def flaky(**kwargs):
-        status = next(answers)
-        seen.append(status)
-        if status != 200:
-            raise ClientError({"Error": {"Code": str(status), "Message": "Internal Server Error"},
-                               "ResponseMetadata": {"HTTPStatusCode": status}}, "Scan")
-        return {"ok": True}
-
-    assert call(flaky, "Scan", sleep=lambda s: None) == {"ok": True} and seen == [500, 503, 200]
-    with pytest.raises(ClientError):
-        call(lambda: (_ for _ in ()).throw(ClientError({"Error": {"Code": "ValidationException"}}, "Scan")), "Scan",
-             sleep=lambda s: None)
 
 
 def test_a_mariadb_restart_around_a_batch_is_retried_and_the_batch_completes(spark, tmp_path):

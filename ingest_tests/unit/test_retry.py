@@ -1,8 +1,10 @@
 """Bounded retries of transient errors, and which MySQL errors count as transient."""
 
 import pytest
+from botocore.exceptions import ClientError
 
 from ingest.retry import retrying
+from ingest.sources.dynamodb.client import call
 
 
 def test_mysql_connection_errors_are_transient_and_others_are_not():
@@ -37,3 +39,21 @@ def test_retrying_stops_at_the_bound_and_raises_the_sources_own_error():
         return value
 
     assert retrying(once_down, lambda e: isinstance(e, ConnectionError), lambda e, n: e, sleep=lambda s: None) == "ok"
+
+
+def test_http_500_answers_are_retried_and_a_client_error_is_not():
+    answers = iter([500, 503, 200])
+    seen = []
+
+    def flaky(**kwargs):
+        status = next(answers)
+        seen.append(status)
+        if status != 200:
+            raise ClientError({"Error": {"Code": str(status), "Message": "Internal Server Error"},
+                               "ResponseMetadata": {"HTTPStatusCode": status}}, "Scan")
+        return {"ok": True}
+
+    assert call(flaky, "Scan", sleep=lambda s: None) == {"ok": True} and seen == [500, 503, 200]
+    with pytest.raises(ClientError):
+        call(lambda: (_ for _ in ()).throw(ClientError({"Error": {"Code": "ValidationException"}}, "Scan")), "Scan",
+             sleep=lambda s: None)

@@ -112,10 +112,6 @@ def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTy
     return reader.load()
 
 
-def waves(pending: list[int], per_commit: int) -> list[list[int]]:
-    return [pending[i:i + per_commit] for i in range(0, len(pending), per_commit)]
-
-
 def resumable(last_meta: dict | None, fingerprint: str, total: int) -> dict | None:
     """The unfinished snapshot to resume, or None to start afresh (pure)."""
     if not last_meta or last_meta.get("kind") != "snapshot" or last_meta.get("complete"):
@@ -140,7 +136,7 @@ class ScanSnapshotWrite:
     page_size: int | None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
-        from ingest.lake.commits import Txn, last_commit, table_version
+        from ingest.lake.commits import Txn, last_commit, table_version, waves
         from ingest.lake.tables import BRONZE, sibling_location
         from ingest.lake.write import append
         from ingest.sources.dynamodb.streams import describe_stream, stream_of
@@ -165,7 +161,7 @@ class ScanSnapshotWrite:
             positions = snapshot_checkpoint(stream_arn, listing, anchor, self.table)
             log(f"starting snapshot {snapshot_id} of {self.table}; stream positions {positions.summary()}")
         pos = positions.floor_pos()
-        pending = [s for s in range(self.segments) if s not in set(done)]
+        pending = sorted(set(range(self.segments)) - set(done))
         app_id = f"snapshot:{self.source}.{self.table}:{snapshot_id}"
         rows = 0
         groups = waves(pending, self.segments_per_commit)

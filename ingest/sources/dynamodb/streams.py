@@ -17,7 +17,7 @@ from typing import Any
 from ingest.changes import ChangeOp, ChangeRecord
 from ingest.sources.dynamodb.client import StreamsApi, call, error_code
 from ingest.sources.dynamodb.deserialize import from_item
-from ingest.sources.dynamodb.errors import StreamSettingsError, resnapshot_fix
+from ingest.sources.dynamodb.errors import StreamSettingsError, TableNotFound, resnapshot_fix
 from ingest.sources.dynamodb.positions import (
     FINISHED, Shard, ShardCheckpoint, StreamCheckpoint, StreamGap, advance, record_pos,
 )
@@ -249,8 +249,6 @@ def stream_of(dynamodb, source: str, table: str) -> tuple[str, dict[str, Any]]:
         desc = call(dynamodb.describe_table, f"DescribeTable {table}", TableName=table)["Table"]
     except Exception as exc:
         if error_code(exc) == "ResourceNotFoundException":
-            from ingest.sources.dynamodb.errors import TableNotFound
-
             raise TableNotFound(f"source {source}: DynamoDB table {table} does not exist. Fix: create it, or remove "
                                 "it from the source's tables in the sources file") from None
         raise

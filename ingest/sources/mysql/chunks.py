@@ -43,9 +43,9 @@ def plan_chunks(boundaries: Sequence[Key], start: Key | None = None, first_index
 
 
 def group_chunks(chunks: Sequence[Chunk], per_group: int) -> list[list[Chunk]]:
-    if per_group < 1:
-        raise ValueError(f"per_group must be at least 1: {per_group}")
-    return [list(chunks[i : i + per_group]) for i in range(0, len(chunks), per_group)]
+    from ingest.lake.commits import waves
+
+    return waves(chunks, per_group)
 
 
 def _compare(columns: Sequence[str], op: str, key: Key) -> tuple[str, list[Any]]:
