@@ -97,13 +97,14 @@ def append_changes(spark, path: str, source: str, table: str, batch_key: str, re
                    columns: Sequence[tuple[str, str]], positions: dict[str, Any],
                    log: Callable[[str], None]) -> dict[str, Any]:
     """Append one batch's changes with its positions in the same commit; a repeat adds nothing."""
+    log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
     df = records_df(spark, records, columns, batch_key)
     meta = {"kind": "bronze", "source": source, "table": table, "batch": batch_key, **positions}
     outcome = append(df, path, meta, Txn(f"bronze:{source}:{batch_key}", 0), merge_schema=True)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.op.value] = counts.get(r.op.value, 0) + 1
-    log(f"bronze {source}/{table} batch {batch_key}: {len(records)} changes "
-        + ("" if outcome.committed else "(already committed: nothing written)"))
+    log(f"bronze {source}/{table} batch {batch_key}: "
+        + (f"committed {len(records)} changes" if outcome.committed else "already committed: nothing written"))
     return {"rows": len(records), **{f"rows_{op}": n for op, n in sorted(counts.items())},
             "committed": outcome.committed, "delta_version": outcome.version, **positions}

@@ -1,4 +1,6 @@
-"""The Dagster daemon with the sensor on keeps silver in sync; a killed batch run re-runs cleanly."""
+"""The Dagster daemon with the sensor on keeps silver in sync; racing runs of one batch apply it once.
+
+Killed runs: see test_kill_harness.py."""
 
 import os
 import signal
@@ -65,50 +67,6 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
         except subprocess.TimeoutExpired:
             os.killpg(dev.pid, signal.SIGKILL)
             dev.wait()
-
-
-def test_batch_run_killed_midway_reruns_without_duplicates_or_loss(spark, mariadb, database, root, tmp_path):
-    with root.cursor() as cur:
-        cur.execute("CREATE TABLE ka (id INT PRIMARY KEY, v INT)")
-        cur.execute("CREATE TABLE kb (id INT PRIMARY KEY, v INT)")
-        cur.execute("INSERT INTO ka SELECT seq, 0 FROM seq_1_to_1000")
-        cur.execute("INSERT INTO kb SELECT seq, 0 FROM seq_1_to_1000")
-    sources = write_sources(tmp_path, mariadb.port, database, ["ka", "kb"])
-    env = dagster_env(tmp_path, sources)
-
-    def materialize(*args, wait=True):
-        cmd = [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", *args]
-        if wait:
-            run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            assert run.returncode == 0, run.stderr[-4000:]
-            return run
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-
-    materialize("--select", "src/ka/snapshot,src/kb/snapshot")
-    with root.cursor() as cur:
-        cur.execute("UPDATE ka SET v = v + 1")
-        cur.execute("DELETE FROM kb WHERE id % 2 = 0")
-        cur.execute("INSERT INTO ka SELECT seq, 7 FROM seq_2000_to_4000")
-    key = register_batch_to_head(env, root, "src", "ka")
-
-    selection = ["--select", "src/ka/changes,src/kb/changes,src/ka,src/kb", "--partition", key]
-    bronze_log = Path(table_location(str(tmp_path / "lake"), "src", "ka", "bronze")) / "_delta_log"
-    proc = materialize(*selection, wait=False)
-    try:  # kill once the first bronze commit is in, before the run has finished
-        wait_for(lambda: bronze_log.is_dir() and any(bronze_log.glob("*.json")), 300, "a bronze commit", proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    materialize(*selection)
-    for table in ("ka", "kb"):
-        bronze = spark.read.format("delta").load(table_location(str(tmp_path / "lake"), "src", table, "bronze"))
-        assert bronze.count() == bronze.select("_pos").distinct().count(), f"{table}: duplicated changes in bronze"
-        got = sorted(tuple(r) for r in live_rows(spark.read.format("delta").load(
-            table_location(str(tmp_path / "lake"), "src", table, "silver"))).select("id", "v").collect())
-        with root.cursor() as cur:
-            cur.execute(f"SELECT id, v FROM {table}")
-            assert got == sorted(cur.fetchall())
 
 
 def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, database, root, tmp_path):

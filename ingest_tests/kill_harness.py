@@ -1,0 +1,316 @@
+"""Kill harness: SIGKILL a sync at random points, re-run it, and count lost and duplicated rows.
+
+Each trial writes a random mix of inserts, updates, key changes and deletes
+to a MariaDB table that is already being synced, starts the next step as a
+real `dagster asset materialize` process (a re-snapshot, or a change batch
+with its silver merge), and kills its whole process group (driver and JVM)
+with SIGKILL at a random point of one phase:
+
+  bronze     when the bronze append starts, plus up to 2.5 s
+  snapshot   after 1 to 3 committed snapshot waves (of 16), plus up to 0.4 s
+  silver     when the silver step starts, plus up to 3 s
+  committed  right after a Delta commit (bronze or silver) is logged, before
+             Dagster records the materialization
+
+Then it re-runs the same step to completion (in this process, as a retry
+would), lets the sensor plan and run whatever is left, and compares silver's
+live rows with the source: a checksum of all live rows (MariaDB and Spark
+each compute it), and row by row: source rows missing from silver (lost),
+keys silver holds twice or changes bronze holds twice (duplicated), rows
+silver holds that the source deleted (extra) and rows with other values
+(wrong).
+
+Short form: `ingest_tests/integration/test_kill_harness.py` (10 trials, in
+`bin/test`). Long form, with its own MariaDB and Spark:
+
+    .venv/bin/python -m ingest_tests.kill_harness --trials 100 [--seed N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+PHASES = ("bronze", "silver", "committed", "snapshot")
+TABLE = "kh"
+COLUMNS = ("id", "v", "s", "d")
+ROWS = 8_000
+CHUNK = 500
+
+
+@dataclass
+class Trial:
+    number: int
+    phase: str
+    point: str = ""
+    killed: bool = False
+    """False when the step finished before the kill point came."""
+    resumed: bool = False
+    """A snapshot trial's retry went on from the killed run's last committed wave."""
+    commit_without_event: bool = False
+    """A Delta commit of the step landed but Dagster recorded no materialization for it."""
+    lost: int = 0
+    duplicated: int = 0
+    extra: int = 0
+    wrong: int = 0
+    checksum_equal: bool = False
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        return self.checksum_equal and not (self.lost or self.duplicated or self.extra or self.wrong)
+
+
+@dataclass
+class Report:
+    seed: int
+    trials: list[Trial] = field(default_factory=list)
+
+    def summary(self) -> str:
+        by_phase = Counter(t.phase for t in self.trials if t.killed)
+        lines = [f"kill harness, seed {self.seed}: {len(self.trials)} trials, "
+                 f"{sum(t.killed for t in self.trials)} killed mid-step "
+                 f"({', '.join(f'{p} {by_phase[p]}' for p in PHASES)}), "
+                 f"{sum(t.commit_without_event for t in self.trials)} with a Delta commit and no Dagster event, "
+                 f"{sum(t.resumed for t in self.trials)} snapshots resumed from their last committed wave",
+                 f"rows lost {sum(t.lost for t in self.trials)}, duplicated {sum(t.duplicated for t in self.trials)}, "
+                 f"extra {sum(t.extra for t in self.trials)}, wrong {sum(t.wrong for t in self.trials)}, "
+                 f"checksum mismatches {sum(not t.checksum_equal for t in self.trials)}"]
+        for t in self.trials:
+            lines.append(f"  trial {t.number:3d} {t.phase:9s} {'killed' if t.killed else 'finished first':14s} "
+                         f"{t.point:44s} lost {t.lost} dup {t.duplicated} extra {t.extra} wrong {t.wrong} "
+                         f"{'ok' if t.checksum_equal else 'CHECKSUM DIFFERS'} ({t.seconds:.0f} s)")
+        return "\n".join(lines)
+
+
+class KillHarness:
+    """One synced table, its Dagster instance and lake under `workdir`, and the trials run on it."""
+
+    def __init__(self, spark, root_conn, port: int, database: str, workdir: Path, seed: int):
+        from ingest_tests.integration.cdc_harness import dagster_env, write_sources
+
+        self.spark, self.root, self.rng, self.seed = spark, root_conn, random.Random(seed), seed
+        self.workdir = workdir
+        self.sources = write_sources(workdir, port, database, [TABLE],
+                                     snapshot={"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1})
+        self.env = dagster_env(workdir, self.sources)
+        self.lake = workdir / "lake"
+        self.next_id = ROWS + 1
+        self._stack = ExitStack()
+
+    def __enter__(self) -> KillHarness:
+        from ingest_tests.integration.cdc_harness import CdcHarness, instance_at
+
+        instance = self._stack.enter_context(instance_at(self.env))
+        self.h = CdcHarness(self.spark, self.sources, self.lake, instance)
+        with self.root.cursor() as cur:
+            cur.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(12,2))")
+            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 97, CONCAT('row ', seq), seq / 8 "
+                        f"FROM seq_1_to_{ROWS}")
+        self.h.snapshot()
+        self.h.sync()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    # ------------------------------------------------------------ source
+
+    def write_workload(self, ops: int = 300) -> None:
+        """Random inserts, updates, primary-key changes and deletes, in a few transactions."""
+        with self.root.cursor() as cur:
+            cur.execute(f"SELECT id FROM {TABLE}")
+            ids = [r[0] for r in cur.fetchall()]
+            for _ in range(ops):
+                kind = self.rng.random()
+                if kind < 0.3 or not ids:
+                    cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s)",
+                                (self.next_id, self.rng.randrange(1000), f"new {self.next_id}",
+                                 self.rng.randrange(10 ** 6) / 100))
+                    ids.append(self.next_id)
+                    self.next_id += 1
+                elif kind < 0.75:
+                    cur.execute(f"UPDATE {TABLE} SET v = %s, s = %s WHERE id = %s",
+                                (self.rng.randrange(1000), f"upd {self.rng.random():.6f}", self.rng.choice(ids)))
+                elif kind < 0.8:
+                    old = ids.pop(self.rng.randrange(len(ids)))
+                    cur.execute(f"UPDATE {TABLE} SET id = %s WHERE id = %s", (self.next_id, old))
+                    ids.append(self.next_id)
+                    self.next_id += 1
+                else:
+                    cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.pop(self.rng.randrange(len(ids))),))
+
+    # ------------------------------------------------------------ trials
+
+    def run(self, trials: int, log=print) -> Report:
+        report = Report(self.seed)
+        for number in range(1, trials + 1):
+            trial = self.trial(number, PHASES[(number - 1) % len(PHASES)])
+            report.trials.append(trial)
+            log(report.summary().splitlines()[-1])
+        return report
+
+    def trial(self, number: int, phase: str) -> Trial:
+        from dagster import AssetKey
+
+        started = time.monotonic()
+        trial = Trial(number, phase)
+        self.write_workload()
+        if phase == "snapshot":
+            selection, partition = [AssetKey(["src", TABLE, "snapshot"])], None
+        else:
+            partition = self.h.add_batch()
+            selection = [AssetKey(["src", TABLE, "changes"]), AssetKey(["src", TABLE])]
+        before = self._commit_versions()
+        marker, delay = self._kill_point(phase)
+        trial.point = f"{marker.pattern[:28]} +{delay:.2f}s"
+        trial.killed = self._run_and_kill(selection, partition, marker, delay, number)
+        trial.commit_without_event = self._commit_without_event(before, selection, partition)
+        retry = self.h.run(selection, partition)
+        if phase == "snapshot":
+            (materialization,) = retry.asset_materializations_for_node(f"src__{TABLE}__snapshot")
+            trial.resumed = materialization.metadata["resumed_from_wave"].value >= 0
+        while self.h.sync():  # whatever the sensor plans next, until silver is at the head
+            pass
+        self._compare(trial)
+        trial.seconds = time.monotonic() - started
+        return trial
+
+    def _kill_point(self, phase: str) -> tuple[re.Pattern, float]:
+        if phase == "snapshot":
+            waves = self.rng.randrange(1, 4)
+            return re.compile(rf"snapshot {TABLE}: {waves}/\d+ chunks"), self.rng.uniform(0, 0.4)
+        if phase == "bronze":
+            return re.compile(rf"bronze src/{TABLE} batch \S+: appending"), self.rng.uniform(0, 2.5)
+        if phase == "silver":
+            return re.compile(rf'Started execution of step "src__{TABLE}"'), self.rng.uniform(0, 3.0)
+        which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: committed", rf"silver src/{TABLE}: merged batch"])
+        return re.compile(which), 0.0
+
+    def _run_and_kill(self, selection, partition, marker: re.Pattern, delay: float, number: int) -> bool:
+        cmd = [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions",
+               "--select", ",".join(k.to_user_string() for k in selection)]
+        if partition:
+            cmd += ["--partition", partition]
+        log_path = self.workdir / f"trial-{number:03d}.log"
+        with open(log_path, "w") as out:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            deadline = time.monotonic() + 600
+            while not marker.search(log_path.read_text()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+            time.sleep(delay)
+            return proc.poll() is None
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    # ------------------------------------------------------------ checks
+
+    def _paths(self) -> dict[str, str]:
+        from ingest.lake.tables import table_location
+
+        return {layer: table_location(str(self.lake), "src", TABLE, layer) for layer in ("snapshot", "bronze", "silver")}
+
+    def _commit_versions(self) -> dict[str, int | None]:
+        from ingest.lake.commits import table_version
+
+        return {layer: table_version(self.spark, path) for layer, path in self._paths().items()}
+
+    def _commit_without_event(self, before: dict, selection, partition) -> bool:
+        """Did the killed step commit to Delta without Dagster recording the materialization?"""
+        from dagster import AssetRecordsFilter
+
+        after = self._commit_versions()
+        for key in selection:
+            layer = key.path[-1] if len(key.path) == 3 else "silver"
+            layer = "bronze" if layer == "changes" else layer
+            if after[layer] == before[layer]:
+                continue
+            records = self.h.instance.fetch_materializations(
+                AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None), limit=1).records
+            newest = records[0].asset_materialization.metadata.get("delta_version") if records else None
+            if newest is None or newest.value != after[layer]:
+                return True
+        return False
+
+    def _compare(self, trial: Trial) -> None:
+        from pyspark.sql import functions as F
+
+        from ingest.lake.merge import live_rows
+
+        cols = ", ".join(COLUMNS)
+        with self.root.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('|', {cols}))), 0) FROM {TABLE}")
+            source_sum = tuple(int(x) for x in cur.fetchone())
+            cur.execute(f"SELECT {cols} FROM {TABLE}")
+            source = {r[0]: tuple(r) for r in cur.fetchall()}
+        paths = self._paths()
+        silver = live_rows(self.spark.read.format("delta").load(paths["silver"]))
+        row = silver.agg(F.count(F.lit(1)), F.coalesce(F.sum(F.crc32(F.concat_ws("|", *[
+            F.col(c).cast("string") for c in COLUMNS]))), F.lit(0))).first()
+        trial.checksum_equal = (int(row[0]), int(row[1])) == source_sum
+        rows = [tuple(r) for r in silver.select(*COLUMNS).collect()]
+        keys = Counter(r[0] for r in rows)
+        bronze = self.spark.read.format("delta").load(paths["bronze"])
+        bronze_dups = bronze.count() - bronze.select("_pos").distinct().count()
+        trial.duplicated = sum(n - 1 for n in keys.values()) + bronze_dups
+        trial.lost = len(source.keys() - keys.keys())
+        trial.extra = len(keys.keys() - source.keys())
+        trial.wrong = sum(1 for r in rows if r[0] in source and source[r[0]] != r)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ingest_tests.kill_harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(10 ** 6)
+
+    from ingest.lake.spark import build_spark_session
+    from ingest.localdev.mariadb import MariaDBServer
+    from ingest_tests.conftest import free_port
+
+    password = "kill-harness-" + str(seed)
+    os.environ["INGEST_TEST_MYSQL_PASSWORD"] = password
+    with tempfile.TemporaryDirectory(prefix="kill-harness-") as tmp:
+        work = Path(tmp)
+        server = MariaDBServer(work / "mdb", free_port())
+        server.start()
+        try:
+            server.create_ingest_user("ingest", password)
+            with server.connect() as conn, conn.cursor() as cur:
+                cur.execute("CREATE DATABASE killh")
+            spark = build_spark_session("local[2]", "kill-harness", {"spark.sql.shuffle.partitions": "2"})
+            spark.sparkContext.setLogLevel("ERROR")
+            (work / "run").mkdir()
+            with server.connect(database="killh") as root, \
+                    KillHarness(spark, root, server.port, "killh", work / "run", seed) as harness:
+                report = harness.run(args.trials)
+            print(report.summary())
+            spark.stop()
+            return 0 if all(t.clean for t in report.trials) else 1
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
