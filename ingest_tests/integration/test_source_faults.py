@@ -77,3 +77,75 @@ def test_a_mariadb_restart_around_a_batch_is_retried_and_the_batch_completes(spa
             assert h.live("t", ["id", "v"]) == sorted(cur.fetchall())
     finally:
         server.stop()
+
+
+@pytest.fixture
+def proxy(mariadb):
+    from ingest_tests.faultproxy import FaultProxy
+
+    p = FaultProxy(mariadb.port).start()
+    yield p
+    p.stop()
+
+
+def test_binlog_connections_dropped_mid_stream_give_every_change_once(root, database, proxy):
+    """The binlog dump connection is cut four times in the middle of a batch (error 2013)."""
+    from ingest.sources.mysql.binlog import master_position
+    from ingest.sources.mysql.cdc import read_change_batch
+    from ingest.sources.mysql.positions import BatchRange
+    from ingest.sources.mysql.schema import ConnectionParams
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, v INT, pad VARCHAR(200))")
+        start = master_position(root)
+        cur.execute("INSERT INTO d SELECT seq, 0, REPEAT('x', 200) FROM seq_1_to_2000")
+        for lo in range(1, 2001, 100):  # 20 transactions of 100 updates, then deletes
+            cur.execute("UPDATE d SET v = v + 1 WHERE id BETWEEN %s AND %s", (lo, lo + 99))
+        cur.execute("DELETE FROM d WHERE id % 7 = 0")
+        end = master_position(root)
+    via_proxy = ConnectionParams("127.0.0.1", proxy.port, "ingest", "ingest-test-pw", database)
+    proxy.cut(after_bytes=100_000, times=4)  # the range is about 1.4 MB; only the binlog stream is that big
+    records = read_change_batch(via_proxy, "src", BatchRange(start, end).key, {"d": ["id"]})["d"].records
+    assert proxy.cuts == 4
+    assert len(records) == len({r.pos for r in records}) == 2000 + 2000 + 285  # each change once
+    state = {}
+    for r in sorted(records, key=lambda r: r.pos):
+        if r.op.value == "delete":
+            del state[r.row["id"]]
+        else:
+            state[r.row["id"]] = (r.row["id"], r.row["v"], r.row["pad"])
+    with root.cursor() as cur:
+        cur.execute("SELECT id, v, pad FROM d")
+        assert sorted(state.values()) == sorted(cur.fetchall())
+
+
+def test_snapshot_chunk_connections_dropped_are_retried_by_wave(spark, root, database, proxy, tmp_path):
+    from ingest.lake.commits import commits
+    from ingest.sources.mysql.schema import ConnectionParams
+    from ingest_tests.integration.conftest import snapshot
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE c (id INT PRIMARY KEY, pad VARCHAR(200))")
+        cur.execute("INSERT INTO c SELECT seq, REPEAT('y', 200) FROM seq_1_to_6000")
+    via_proxy = ConnectionParams("127.0.0.1", proxy.port, "ingest", "ingest-test-pw", database)
+    path = str(tmp_path / "c")
+    proxy.cut(after_bytes=50_000, times=2)  # a chunk of 1000 rows is about 210 kB
+    progress = snapshot(spark, via_proxy, "c", path, chunks_per_commit=2)
+    assert proxy.cuts == 2 and progress.waves_committed == [0, 1, 2]
+    assert [c.metadata["wave"] for c in commits(spark, path)] == [2, 1, 0]  # one commit per wave
+    df = spark.read.format("delta").load(path)
+    assert df.count() == df.select("id").distinct().count() == 6000
+
+
+def test_snapshot_wave_that_keeps_losing_its_connection_fails_naming_it(spark, root, database, proxy, tmp_path):
+    from ingest.sources.mysql.errors import SourceUnreachable
+    from ingest.sources.mysql.schema import ConnectionParams
+    from ingest_tests.integration.conftest import snapshot
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE e (id INT PRIMARY KEY, pad VARCHAR(200))")
+        cur.execute("INSERT INTO e SELECT seq, REPEAT('z', 200) FROM seq_1_to_3000")
+    via_proxy = ConnectionParams("127.0.0.1", proxy.port, "ingest", "ingest-test-pw", database)
+    proxy.cut(after_bytes=50_000, times=100)
+    with pytest.raises(SourceUnreachable, match=r"snapshot wave 0 of e lost its connection .* 4 times \(error 2013\)"):
+        snapshot(spark, via_proxy, "e", str(tmp_path / "e"))

@@ -17,6 +17,12 @@ def test_mysql_connection_errors_are_transient_and_others_are_not():
     assert not is_transient(SourceUnreachable("denied", code=1045))
     assert not is_transient(pymysql.err.OperationalError(1236, "purged"))
     assert not is_transient(ValueError("x"))
+    # as a Spark job reports a chunk read that failed in an executor
+    spark_text = ("Job aborted due to stage failure: ... org.apache.spark.api.python.PythonException: Traceback "
+                  "(most recent call last): ... pymysql.err.OperationalError: (2013, 'Lost connection to MySQL "
+                  "server during query')")
+    assert is_transient(RuntimeError(spark_text))
+    assert not is_transient(RuntimeError(spark_text.replace("2013", "1054")))
 
 
 def test_retrying_stops_at_the_bound_and_raises_the_sources_own_error():

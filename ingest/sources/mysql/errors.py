@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class MySQLSourceError(Exception):
     """Base of every error the MySQL source raises on purpose."""
@@ -38,6 +40,10 @@ class SourceUnreachable(MySQLSourceError):
 TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927})
 
 
+# How a pymysql error raised in a Spark executor reads in the driver's exception text.
+_EXECUTOR_ERROR = re.compile(r"pymysql\.err\.(?:OperationalError|InterfaceError): \((\d+),")
+
+
 def is_transient(exc: BaseException) -> bool:
     import pymysql
 
@@ -45,7 +51,13 @@ def is_transient(exc: BaseException) -> bool:
         return exc.code in TRANSIENT_CODES
     if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError)):
         return bool(exc.args) and exc.args[0] in TRANSIENT_CODES
-    return False
+    return executor_error_code(str(exc)) in TRANSIENT_CODES
+
+
+def executor_error_code(text: str) -> int | None:
+    """The code of the pymysql error a Spark job failed with, from its message (pure)."""
+    codes = _EXECUTOR_ERROR.findall(text)
+    return int(codes[-1]) if codes else None
 
 
 class BinlogDisabled(MySQLSourceError):

@@ -23,16 +23,20 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest.sources.mysql.chunks import (
     Chunk, boundary_query, chunk_query, group_chunks, key_from_json, key_to_json, plan_chunks,
 )
 from ingest.lake.tables import spark_ident
+from ingest.retry import retrying
+from ingest.sources.mysql.errors import SourceUnreachable, executor_error_code, is_transient
 from ingest.sources.mysql.binlog import master_position
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams, TableSchema
 from ingest.sources.mysql.types import MySQLColumn, column_type, convert_column
+
+T = TypeVar("T")
 
 DATA_SOURCE_NAME = "ingest_mysql_chunks"
 FETCH_ROWS = 10_000
@@ -63,19 +67,23 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
         position = open_consistent_snapshot(conn)
         pos_value = Decimal(position.row_pos())
         sql, args = chunk_query(spec["database"], spec["table"], [c.name for c in columns], spec["key"], chunk)
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            while True:
-                rows = cur.fetchmany(FETCH_ROWS)
-                if not rows:
-                    break
-                cols = list(zip(*rows))
-                arrays = [
-                    pa.array(convert_column(ct, list(values)), type=arrow_schema.field(i).type)
-                    for i, (ct, values) in enumerate(zip(ctypes, cols))
-                ]
-                arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(columns)).type))
-                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+        # No `with` for the cursor: closing an unbuffered cursor whose connection
+        # dropped raises an AttributeError that would hide the 2013 error the
+        # wave retry looks for.
+        cur = conn.cursor()
+        cur.execute(sql, args)
+        while True:
+            rows = cur.fetchmany(FETCH_ROWS)
+            if not rows:
+                break
+            cols = list(zip(*rows))
+            arrays = [
+                pa.array(convert_column(ct, list(values)), type=arrow_schema.field(i).type)
+                for i, (ct, values) in enumerate(zip(ctypes, cols))
+            ]
+            arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(columns)).type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+        cur.close()
         conn.commit()
     finally:
         conn.close()
@@ -211,7 +219,8 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             "log_start": log_start.to_metadata(), "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
             "key_columns": list(schema.primary_key),
         }
-        outcome = append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0, overwrite_schema=wave_no == 0)
+        outcome = retry_wave(lambda: append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0,
+                                            overwrite_schema=wave_no == 0), source, schema.table, wave_no, params)
         progress.rows += outcome.rows
         progress.chunks_done = wave[-1].index + 1
         progress.waves_committed.append(wave_no)
@@ -220,6 +229,23 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             f"{progress.rows} rows, {progress.rows / max(elapsed, 1e-9):,.0f} rows/s")
     progress.seconds = time.monotonic() - started
     return progress
+
+
+def retry_wave(write: Callable[[], T], source: str, table: str, wave: int, params: ConnectionParams,
+               attempts: int = 4) -> T:
+    """Read and commit a wave again when a chunk's connection drops or the server restarts.
+
+    Safe: the wave commits with its txn id, so a wave that did commit before
+    the error is skipped by Delta, and one that did not wrote nothing.
+    """
+    def give_up(exc: BaseException, tries: int) -> SourceUnreachable:
+        return SourceUnreachable(
+            f"source {source}: snapshot wave {wave} of {table} lost its connection to {params.host}:{params.port} "
+            f"{tries} times (error {executor_error_code(str(exc)) or getattr(exc, 'args', ['?'])[0]}). Fix: check "
+            "the server, then materialize the snapshot again: it resumes after the last committed wave",
+            code=executor_error_code(str(exc)))
+
+    return retrying(write, is_transient, give_up, attempts=attempts, base_delay=1.0)
 
 
 @dataclass(frozen=True)
