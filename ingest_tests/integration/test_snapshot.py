@@ -2,14 +2,14 @@
 
 import pytest
 
-from ingest.lake.commits import commits
+from ingest.lake.commits import commits, last_commit
 from ingest.lake.merge import live_rows
 from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
 from ingest.lake.tables import LakeTable
 from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound, UnsupportedColumnType
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import describe_table
-from ingest_tests.integration.conftest import snapshot
+from ingest_tests.integration.conftest import describe, snapshot
 
 
 def source_rows(conn, sql):
@@ -130,3 +130,47 @@ def test_hostile_table_names_are_quoted(spark, root, params, tmp_path):
     path = str(tmp_path / "weird")
     snapshot(spark, params, name, path, chunk_size=1000)
     assert spark.read.format("delta").load(path).count() == 2500
+
+
+def _alter_after_wave(mariadb, database, wave_line, statement, in_thread=False):
+    """A log callback that runs `statement` once the log shows `wave_line` (from a thread: while later
+    chunks are being read, blocked by their metadata locks or failing them with error 1412)."""
+    import threading
+
+    done = []
+
+    def alter():
+        with mariadb.connect(database=database) as conn, conn.cursor() as cur:
+            cur.execute(statement)
+
+    def log(message):
+        if wave_line in message and not done:
+            done.append(message)
+            threading.Thread(target=alter).start() if in_thread else alter()
+
+    return log
+
+
+@pytest.mark.parametrize("statement, in_thread", [
+    ("ALTER TABLE m ADD COLUMN extra INT NOT NULL DEFAULT 7", False),
+    ("ALTER TABLE m DROP COLUMN note, MODIFY v BIGINT", True),
+])
+def test_ddl_during_a_snapshot_restarts_it_with_the_new_shape(spark, mariadb, database, root, params, tmp_path,
+                                                               statement, in_thread):
+    from ingest.sources.mysql.snapshot import run_snapshot
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE m (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+        cur.execute("INSERT INTO m SELECT seq, seq, 'n' FROM seq_1_to_3000")
+    path = str(tmp_path / "m")
+    log = _alter_after_wave(mariadb, database, "snapshot m: 2/6 chunks", statement, in_thread)
+    progress = run_snapshot(spark, params, describe(params, "m"), path, source="test", chunk_size=500,
+                            parallelism=2, chunks_per_commit=1, log=log)
+    assert progress.shape_restarts == 1 and progress.resumed_from_wave is None
+    df = spark.read.format("delta").load(path)
+    with root.cursor() as cur:
+        cur.execute("SELECT * FROM m")
+        names = [d[0] for d in cur.description]
+        assert df.columns == [*names, "_pos"]  # the new shape only: no column of the old one is left
+        assert sorted(tuple(r) for r in df.select(*names).collect()) == sorted(cur.fetchall())
+    assert last_commit(spark, path, kind="snapshot").metadata["snapshot_id"] == progress.snapshot_id

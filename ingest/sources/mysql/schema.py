@@ -76,8 +76,8 @@ class TableSchema:
         return [column_type(c, self.table) for c in self.columns]
 
     def fingerprint(self) -> str:
-        """Columns and types; a snapshot cannot resume across a change of this."""
-        return ";".join(f"{c.name}:{c.column_type}" for c in self.columns)
+        """Columns, types and key; a snapshot cannot resume across a change of this."""
+        return ";".join(f"{c.name}:{c.column_type}" for c in self.columns) + f";key:{','.join(self.primary_key)}"
 
 
 def list_tables(conn, database: str) -> list[str]:

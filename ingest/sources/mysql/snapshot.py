@@ -160,6 +160,9 @@ class SnapshotProgress:
     rows: int = 0
     waves_committed: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    shape_restarts: int = 0
+    """Times DDL on the table made the snapshot start afresh."""
+    key_columns: tuple[str, ...] = ()
 
 
 def snapshot_state(last_meta: dict | None, fingerprint: str) -> dict | None:
@@ -171,10 +174,61 @@ def snapshot_state(last_meta: dict | None, fingerprint: str) -> dict | None:
     return last_meta
 
 
+class ShapeChanged(Exception):
+    """The table's columns or key changed (DDL) while it was being snapshotted."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        super().__init__(schema.table)
+        self.schema = schema
+
+
+MAX_SHAPE_RESTARTS = 3
+
+
 def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                  chunk_size: int, parallelism: int, chunks_per_commit: int,
                  log: Callable[[str], None] = print) -> SnapshotProgress:
-    """Snapshot one table into the Delta table at `path`, resuming an unfinished snapshot."""
+    """Snapshot one table into the Delta table at `path`, resuming an unfinished snapshot.
+
+    DDL on the table while it is read (a column added, dropped or retyped, a
+    new key) makes the waves already committed a different shape from the
+    ones to come, and may fail a chunk's read (error 1412, "table definition
+    has changed"). The table is described again after every wave and after a
+    failed one; on a change the snapshot starts afresh with the new shape.
+    """
+    restarts = 0
+    while True:
+        try:
+            progress = _snapshot_once(spark, params, schema, path, source=source, chunk_size=chunk_size,
+                                      parallelism=parallelism, chunks_per_commit=chunks_per_commit, log=log)
+            progress.shape_restarts = restarts
+            return progress
+        except ShapeChanged as changed:
+            restarts += 1
+            if restarts > MAX_SHAPE_RESTARTS:
+                raise SnapshotShapeUnstable(
+                    f"source {source}: the shape of {schema.database}.{schema.table} changed during "
+                    f"{restarts} snapshot attempts in a row. Fix: materialize the snapshot again once the "
+                    "schema migration is over") from None
+            log(f"snapshot {schema.table}: the table changed shape while being read "
+                f"({schema.fingerprint()} -> {changed.schema.fingerprint()}); starting afresh with the new shape")
+            schema = changed.schema
+
+
+class SnapshotShapeUnstable(RuntimeError):
+    pass
+
+
+def _describe_again(params: ConnectionParams, schema: TableSchema) -> TableSchema:
+    from ingest.sources.mysql.schema import describe_table
+
+    with params.connect() as conn:
+        return describe_table(conn, schema.database, schema.table)
+
+
+def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
+                   chunk_size: int, parallelism: int, chunks_per_commit: int,
+                   log: Callable[[str], None]) -> SnapshotProgress:
     from ingest.lake.commits import Txn, last_commit
     from ingest.lake.write import append
 
@@ -204,6 +258,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
     finally:
         conn.close()
 
+    progress.key_columns = schema.primary_key
     chunks = plan_chunks(boundaries, start, first_index=next_chunk)
     waves = group_chunks(chunks, chunks_per_commit)
     progress.chunks_total = next_chunk + len(chunks)
@@ -219,8 +274,17 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
             "log_start": log_start.to_metadata(), "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
             "key_columns": list(schema.primary_key),
         }
-        outcome = retry_wave(lambda: append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0,
-                                            overwrite_schema=wave_no == 0), source, schema.table, wave_no, params)
+        try:
+            outcome = retry_wave(lambda: append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0,
+                                                overwrite_schema=wave_no == 0), source, schema.table, wave_no, params)
+        except Exception:
+            now = _describe_again(params, schema)
+            if now.fingerprint() != fingerprint:
+                raise ShapeChanged(now) from None
+            raise
+        now = _describe_again(params, schema)
+        if now.fingerprint() != fingerprint:
+            raise ShapeChanged(now)
         progress.rows += outcome.rows
         progress.chunks_done = wave[-1].index + 1
         progress.waves_committed.append(wave_no)
@@ -278,8 +342,9 @@ class SnapshotWrite:
             "snapshot_id": progress.snapshot_id,
             "chunks": progress.chunks_total,
             "resumed_from_wave": -1 if progress.resumed_from_wave is None else progress.resumed_from_wave,
+            "shape_restarts": progress.shape_restarts,
             "log_start": progress.log_start.to_metadata(),
-            "key_columns": list(self.schema.primary_key),
+            "key_columns": list(progress.key_columns),
             "delta_version": table_version(spark, path),
         }
         if stats["lo"] is not None:
