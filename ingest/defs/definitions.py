@@ -27,8 +27,9 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     lake = lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake"))
     per_source = build_source_defs(config)
     return Definitions(
-        assets=[a for assets, _ in per_source for a in assets],
-        sensors=[sensor for _, sensor in per_source],
+        assets=[a for defs in per_source for a in defs.assets],
+        asset_checks=[c for defs in per_source for c in defs.checks],
+        sensors=[defs.sensor for defs in per_source],
         resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark),
                    **build_resources(config)},
         # One process per run: its steps share one SparkSession instead of

@@ -2,9 +2,12 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 
+from typing import NamedTuple
+
 from dagster import (
-    AssetExecutionContext, AssetIn, AssetKey, AssetOut, AssetsDefinition, DynamicPartitionsDefinition, Output,
-    SensorDefinition, asset, multi_asset,
+    AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
+    AssetIn, AssetKey, AssetOut, AssetsDefinition, DynamicPartitionsDefinition, Output, SensorDefinition, asset,
+    asset_check, multi_asset,
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
@@ -153,6 +156,39 @@ def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition,
     return _silver
 
 
+def reconciliation_check(name: str, source: MySQLSource, table: str, config: SourcesConfig) -> AssetChecksDefinition:
+    settings = source.snapshot_settings(table)
+    config_ref = f"{config.path}: sources.{name}.tables.include ({table})"
+
+    @asset_check(
+        asset=table_key(name, table),
+        name="reconciliation",
+        required_resource_keys={"lake"},
+        description=(
+            f"Compares the live rows of silver with `{source.database}.{table}` row by row (a hash per row, joined "
+            "on the primary key, counts and checksums per side), leaving out keys the binlog shows changed after "
+            "the position silver has merged up to. A mismatch names the primary-key ranges that differ. Reads the "
+            "whole source table, so the sensor's batch runs leave it out: run it from the UI or the CLI."
+        ),
+    )
+    def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        from ingest.defs.io_managers import to_dagster_metadata
+        from ingest.sources.mysql.reconcile import reconcile, reconciliation_metadata
+
+        lake = context.resources.lake
+        params = connection_params(source)
+        with params.connect() as conn:
+            schema = describe_table(conn, source.database, table, config_ref)
+        result = reconcile(lake.spark.session, params, schema, lake.path_for(table_key(name, table)),
+                           chunk_size=settings.chunk_size, parallelism=settings.parallelism)
+        context.log.info(result.summary())
+        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR,
+                                description=result.summary(),
+                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+
+    return _reconciliation
+
+
 def build_resources(config: SourcesConfig) -> dict:
     """Per DynamoDB source, its client resource (`dynamodb_<source>`)."""
     from ingest.defs.dynamodb import resource_key
@@ -162,11 +198,19 @@ def build_resources(config: SourcesConfig) -> dict:
             if isinstance(source, DynamoDBSource)}
 
 
+class SourceDefs(NamedTuple):
+    """What one source adds to the code location."""
+
+    assets: list[AssetsDefinition]
+    sensor: SensorDefinition
+    checks: list[AssetChecksDefinition]
+
+
 def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
-    return [a for assets, _ in build_source_defs(config) for a in assets]
+    return [a for defs in build_source_defs(config) for a in defs.assets]
 
 
-def build_source_defs(config: SourcesConfig) -> list[tuple[list[AssetsDefinition], SensorDefinition]]:
+def build_source_defs(config: SourcesConfig) -> list[SourceDefs]:
     from ingest.defs.sensors import binlog_sensor
 
     from ingest.defs.dynamodb import build_dynamodb_defs
@@ -174,7 +218,7 @@ def build_source_defs(config: SourcesConfig) -> list[tuple[list[AssetsDefinition
     out = []
     for name, source in config.sources.items():
         if isinstance(source, DynamoDBSource):
-            out.append(build_dynamodb_defs(name, source))
+            out.append(SourceDefs(*build_dynamodb_defs(name, source), checks=[]))
             continue
         tables = resolve_tables(name, source, config)
         partitions = batches_partitions(name)
@@ -183,5 +227,6 @@ def build_source_defs(config: SourcesConfig) -> list[tuple[list[AssetsDefinition
             assets += [snapshot_asset(name, source, table, config),
                        silver_asset(name, table, partitions, f"`{source.database}.{table}`")]
         assets.append(changes_asset(name, source, tables, config, partitions))
-        out.append((assets, binlog_sensor(name, source, tables, partitions)))
+        out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions),
+                              [reconciliation_check(name, source, t, config) for t in tables]))
     return out

@@ -38,6 +38,10 @@ class DeltaLakeIOManager(ConfigurableIOManager):
     def _path(self, key_path) -> str:
         return location_for_asset_key(self.lake_root, list(key_path))
 
+    def path_for(self, key) -> str:
+        """The Delta table of the asset `key`."""
+        return self._path(key.path)
+
     def handle_output(self, context: OutputContext, obj: LakeWrite) -> None:
         if not hasattr(obj, "apply"):
             raise TypeError(f"{context.asset_key.to_user_string()}: the asset returned {type(obj).__name__}, "

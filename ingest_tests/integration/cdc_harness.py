@@ -49,7 +49,8 @@ class CdcHarness:
 
     def __post_init__(self):
         config = load_config(self.sources)
-        (self.assets, self.sensor), = build_source_defs(config)
+        (defs,) = build_source_defs(config)
+        self.assets, self.sensor, self.checks = defs.assets, defs.sensor, defs.checks
         self.tables = sorted({k.path[1] for a in self.assets for k in a.keys if len(k.path) == 3})
         spark_res = SparkResource()
         self.resources = {"spark": spark_res, "lake": DeltaLakeIOManager(lake_root=str(self.lake), spark=spark_res)}
@@ -99,6 +100,16 @@ class CdcHarness:
         self.instance.add_dynamic_partitions(f"{self.name}_batches", [key])
         self.batches.append(key)
         return key
+
+    def check(self, table: str, name: str = "reconciliation"):
+        """Run one asset check of `table`'s silver asset alone; its evaluation."""
+        from dagster import AssetCheckKey, AssetSelection
+
+        key = AssetCheckKey(AssetKey([self.name, table]), name)
+        result = materialize([*self.assets, *self.checks], selection=AssetSelection.checks(key),
+                             instance=self.instance, resources=self.resources, raise_on_error=True)
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation
 
     def silver_path(self, table: str) -> str:
         return table_location(str(self.lake), self.name, table, "silver")

@@ -73,7 +73,8 @@ class DynamoHarness:
 
     def __post_init__(self):
         config = load_config(self.sources)
-        (self.assets, self.sensor), = build_source_defs(config)
+        (defs,) = build_source_defs(config)
+        self.assets, self.sensor, self.checks = defs.assets, defs.sensor, defs.checks
         self.source = config.sources[self.name]
         spark = SparkResource()
         self.resources = {"spark": spark, "lake": DeltaLakeIOManager(lake_root=str(self.lake), spark=spark),
