@@ -9,6 +9,7 @@ from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputCo
 from pydantic import Field
 
 from ingest.defs.resources import SparkResource
+from ingest.lake.write import retry_conflicts
 from ingest.lake.tables import LakeTable, LakeWrite, location_for_asset_key
 
 
@@ -47,7 +48,8 @@ class DeltaLakeIOManager(ConfigurableIOManager):
             raise TypeError(f"{context.asset_key.to_user_string()}: the asset returned {type(obj).__name__}, "
                             "not a lake write; this IO manager only writes Delta tables")
         path = self._path(context.asset_key.path)
-        meta = obj.apply(self.spark.session, path, context.log.info)
+        spark = self.spark.session
+        meta = retry_conflicts(lambda: obj.apply(spark, path, context.log.info), context.asset_key.to_user_string())
         context.add_output_metadata(to_dagster_metadata({**meta, "table_uri": path}))
 
     def load_input(self, context: InputContext) -> LakeTable:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ingest.lake.commits import Txn, encode_user_metadata, latest, table_version
+from ingest.retry import retrying
+
+T = TypeVar("T")
 
 # txnAppId / txnVersion / userMetadata for MERGE go through session confs, which
 # every thread of the session shares: one commit at a time per process.
@@ -19,6 +22,35 @@ _TXN_CONFS = (
     "spark.databricks.delta.write.txnVersion",
     "spark.databricks.delta.commitInfo.userMetadata",
 )
+
+
+# Delta's optimistic concurrency: a commit that lost a race to another writer of
+# the same table (two batch runs of a backfill, or two creating the table).
+_CONFLICTS = ("ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException",
+              "ConcurrentTransactionException", "ConcurrentWriteException", "ProtocolChangedException",
+              "MetadataChangedException", "DELTA_CONCURRENT_", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED")
+
+
+class WriteConflict(RuntimeError):
+    pass
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(name in text for name in _CONFLICTS)
+
+
+def retry_conflicts(apply: Callable[[], T], what: str, attempts: int = 6) -> T:
+    """Run a lake write again when it lost a commit race to another writer.
+
+    Safe because every write here is idempotent (txn ids, the ordered merge):
+    the second attempt reads the winner's commit and adds only what is missing.
+    """
+    def give_up(exc: BaseException, tries: int) -> WriteConflict:
+        return WriteConflict(f"{what}: lost the commit race to other writers {tries} times ({type(exc).__name__}). "
+                             "Fix: run fewer batches of the source at once; a re-run continues safely")
+
+    return retrying(apply, is_write_conflict, give_up, attempts=attempts, base_delay=0.5)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from ingest.lake.commits import commits
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
 from ingest_tests.conftest import free_port
-from ingest_tests.integration.cdc_harness import dagster_env, register_batch_to_head, write_sources
+from ingest_tests.integration.cdc_harness import dagster_env, write_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
@@ -69,8 +69,19 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
             dev.wait()
 
 
-def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, database, root, tmp_path):
-    """Fencing: the txn id per source and batch lets one of two racing writers commit, never both."""
+def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_position_back(
+        spark, mariadb, database, root, tmp_path):
+    """Fencing, with real processes: two runs of batch 1 race each other and a run of batch 2, so batch 1
+    may commit after the newer batch 2 (a stale run). Delta's txn id per source and batch lets one writer
+    of a batch commit; the ordered merge keeps batch 2's newer values whatever commits last; a commit
+    race lost to another writer is retried; and the next batch starts at the newest end."""
+    from dagster import AssetKey, SensorResult, build_sensor_context
+
+    from ingest.config import load_config
+    from ingest.defs.factory import build_source_defs
+    from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+    from ingest_tests.integration.cdc_harness import add_partitions, instance_at, latest_metadata_in
+
     with root.cursor() as cur:
         cur.execute("CREATE TABLE race (id INT PRIMARY KEY, v INT)")
         cur.execute("INSERT INTO race SELECT seq, 0 FROM seq_1_to_500")
@@ -80,24 +91,48 @@ def test_two_runs_of_the_same_batch_racing_apply_it_once(spark, mariadb, databas
     snap = subprocess.run([*base, "--select", "src/race/snapshot"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert snap.returncode == 0, snap.stderr[-3000:]
+    def head():
+        with root.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            return BinlogPosition(*cur.fetchone()[:2])
+
+    snapshot_meta = latest_metadata_in(env, AssetKey(["src", "race", "snapshot"]))
+    start = BinlogPosition.from_metadata(snapshot_meta["log_start"].value)
     with root.cursor() as cur:
         cur.execute("UPDATE race SET v = v + 1 WHERE id <= 300")
         cur.execute("INSERT INTO race SELECT seq, 9 FROM seq_1000_to_1200")
-    key = register_batch_to_head(env, root, "src", "race")
-    cmd = [*base, "--select", "src/race/changes,src/race", "--partition", key]
+    batch1 = BatchRange(start, head())
+    with root.cursor() as cur:
+        cur.execute("UPDATE race SET v = v * 10 WHERE id <= 100")  # newer values of rows batch 1 changed
+        cur.execute("DELETE FROM race WHERE id BETWEEN 1100 AND 1150")
+    batch2 = BatchRange(batch1.end, head())
+    add_partitions(env, "src_batches", [batch1.key, batch2.key])
+    cmds = [[*base, "--select", "src/race/changes,src/race", "--partition", key]
+            for key in (batch1.key, batch2.key, batch1.key)]
     racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for _ in range(2)]
+              for cmd in cmds]
     outcomes = [(r.wait(600), r.stdout.read()) for r in racers]
-    assert any(code == 0 for code, _ in outcomes), outcomes[0][1][-3000:]
-    bronze = spark.read.format("delta").load(table_location(str(tmp_path / "lake"), "src", "race", "bronze"))
-    assert bronze.count() == 501 == bronze.select("_pos").distinct().count()  # 300 updates + 201 inserts, once
-    bronze_commits = commits(spark, table_location(str(tmp_path / "lake"), "src", "race", "bronze"))
-    assert sum(1 for c in bronze_commits if c.metadata.get("batch") == key) == 1
-    # whichever lost, a re-run converges and silver equals the source
-    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    # commit races between the runs (creating bronze and silver, merging into silver) are retried
+    for code, output in outcomes:
+        assert code == 0, output[-3000:]
+    bronze_path = table_location(str(tmp_path / "lake"), "src", "race", "bronze")
+    bronze = spark.read.format("delta").load(bronze_path)
+    # batch 1: 300 updates + 201 inserts; batch 2: 100 updates + 51 deletes; each once
+    assert bronze.count() == 652 == bronze.select("_pos").distinct().count()
+    for key in (batch1.key, batch2.key):
+        assert sum(1 for c in commits(spark, bronze_path) if c.metadata.get("batch") == key) == 1
+    # a stale run of batch 1 after everything: nothing applies twice, silver keeps batch 2's values
+    rerun = subprocess.run(cmds[0], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     got = sorted(tuple(r) for r in live_rows(spark.read.format("delta").load(
         table_location(str(tmp_path / "lake"), "src", "race", "silver"))).select("id", "v").collect())
     with root.cursor() as cur:
         cur.execute("SELECT id, v FROM race")
         assert got == sorted(cur.fetchall())
+        cur.execute("UPDATE race SET v = 1 WHERE id = 1")
+    (defs,) = build_source_defs(load_config(sources))
+    with instance_at(env) as instance, build_sensor_context(instance=instance) as context:
+        result = defs.sensor(context)
+    assert isinstance(result, SensorResult), result
+    (request,) = result.run_requests
+    assert BatchRange.from_key(request.partition_key, "mysql-bin").start == batch2.end  # the newest end
