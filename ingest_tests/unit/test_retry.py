@@ -63,3 +63,12 @@ def test_http_500_answers_are_retried_and_a_client_error_is_not():
     with pytest.raises(ClientError):
         call(lambda: (_ for _ in ()).throw(ClientError({"Error": {"Code": "ValidationException"}}, "Scan")), "Scan",
              sleep=lambda s: None)
+
+
+def test_delta_commit_races_are_write_conflicts_and_other_errors_are_not():
+    from ingest.lake.write import is_write_conflict
+
+    assert is_write_conflict(RuntimeError("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added"))
+    assert is_write_conflict(RuntimeError("io.delta.exceptions.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] "
+                                          "The protocol version of the Delta table has been changed"))
+    assert not is_write_conflict(RuntimeError("[DELTA_MISSING_COLUMN] Cannot find id in table columns"))
