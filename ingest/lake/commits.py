@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -65,28 +65,50 @@ class CommitInfo:
     metrics: dict[str, str]
 
 
-def commits(spark, path: str, limit: int | None = None) -> list[CommitInfo]:
-    """Our commits on the table at `path`, newest first ([] if there is no table)."""
+def _history(spark, path: str, limit: int | None) -> tuple[list[CommitInfo], int]:
+    """Our commits among the newest `limit` (all: None), newest first, and how many commits were read."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, path):
-        return []
-    history = DeltaTable.forPath(spark, path).history(limit) if limit else DeltaTable.forPath(spark, path).history()
+        return [], 0
+    table = DeltaTable.forPath(spark, path)
+    history = table.history(limit) if limit else table.history()
     rows = history.select("version", "operation", "userMetadata", "operationMetrics").orderBy("version", ascending=False)
     out = []
-    for row in rows.collect():
+    collected = rows.collect()
+    for row in collected:
         meta = decode_user_metadata(row["userMetadata"])
         if meta is not None:
             out.append(CommitInfo(row["version"], row["operation"], meta, dict(row["operationMetrics"] or {})))
-    return out
+    return out, len(collected)
+
+
+def commits(spark, path: str, limit: int | None = None) -> list[CommitInfo]:
+    """Our commits on the table at `path`, newest first ([] if there is no table)."""
+    return _history(spark, path, limit)[0]
+
+
+# Pages of history read before reading it all: Delta's history reads one JSON
+# file per commit, and a table synced every minute has thousands of them, while
+# what a batch looks for (its own commit, the newest merge) is nearly always recent.
+HISTORY_PAGES = (25, 250)
+
+
+def newest_commit(spark, path: str, where: Callable[[dict[str, Any]], bool]) -> CommitInfo | None:
+    """The newest of our commits whose metadata satisfies `where`, read page by page from the newest."""
+    for limit in (*HISTORY_PAGES, None):
+        found, read = _history(spark, path, limit)
+        for info in found:
+            if where(info.metadata):
+                return info
+        if limit is None or read < limit:
+            return None  # the whole history was read
+    return None
 
 
 def last_commit(spark, path: str, **match: Any) -> CommitInfo | None:
     """The newest of our commits whose metadata has all of `match`, from the Delta log."""
-    for info in commits(spark, path):
-        if all(info.metadata.get(k) == v for k, v in match.items()):
-            return info
-    return None
+    return newest_commit(spark, path, lambda meta: all(meta.get(k) == v for k, v in match.items()))
 
 
 def latest(spark, path: str) -> tuple[int, dict[str, str]] | None:

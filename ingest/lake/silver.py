@@ -80,10 +80,16 @@ def _bronze_to_silver_rows(changes, cutoff: int):
 
 
 def truncated_before(spark, path: str) -> int:
-    """The newest TRUNCATE silver has applied: changes older than it are dead on arrival."""
-    from ingest.lake.commits import commits
+    """The newest TRUNCATE silver has applied: changes older than it are dead on arrival.
 
-    return max([int(c.metadata.get("truncated_before") or 0) for c in commits(spark, path)] or [0])
+    Every change merge records the cut-off it applied, the newest of all before
+    it included (merges of one table cannot commit concurrently without seeing
+    each other), so the newest merge that recorded one knows it.
+    """
+    from ingest.lake.commits import newest_commit
+
+    newest = newest_commit(spark, path, lambda meta: "truncated_before" in meta)
+    return int(newest.metadata["truncated_before"] or 0) if newest else 0
 
 
 def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str) -> WriteOutcome:
@@ -140,7 +146,9 @@ class SilverFromBatch:
             return {"waiting_for_snapshot": True, "batch": batch}
         keys = list(snap.metadata["key_columns"])
         snapshot_id = snap.metadata["snapshot_id"]
-        if last_commit(spark, path, kind="silver", snapshot_id=snapshot_id) is None:
+        # The snapshot's merge and its catch-up are two commits: only a commit made after both
+        # (caught_up) proves they are in; a run killed between them redoes both (each is idempotent).
+        if last_commit(spark, path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is None:
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
         bronze_batch = last_commit(spark, self.bronze.path, kind="bronze", batch=batch)
@@ -149,8 +157,9 @@ class SilverFromBatch:
                 f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "
                 f"{self.source}/{self.table}/changes for partition {batch} first"
             )
+        # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
         meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
-                "end": bronze_batch.metadata.get("end")}
+                "end": bronze_batch.metadata.get("end"), "snapshot_id": snapshot_id, "caught_up": True}
         outcome = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys, meta,
                                f"silver:{self.source}.{self.table}:{batch}")
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
@@ -169,6 +178,6 @@ class SilverFromBatch:
             return
         since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"])) & (F.col("_batch") != batch))
         meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap["log_start"],
-                "snapshot_id": snap["snapshot_id"]}
+                "snapshot_id": snap["snapshot_id"], "caught_up": True}
         merge_bronze(spark, path, since, keys, meta, f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}")
         log(f"silver {self.source}/{self.table}: caught up on bronze since {snap['log_start']}")

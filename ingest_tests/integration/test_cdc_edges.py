@@ -226,3 +226,33 @@ def test_changed_server_identity_is_a_gap(spark, mariadb, database, root, tmp_pa
                 cur.execute("SET GLOBAL server_id = 1")
         assert "server_id 1 wrote the earlier batches, 77 answers now" in message and "Fix: re-snapshot" in message
         assert h.live("ident", ["id"]) == [(1,)]  # nothing half-applied
+
+
+def test_a_run_killed_between_the_snapshot_merge_and_its_catch_up_catches_up_when_run_again(
+        spark, mariadb, database, root, tmp_path):
+    """Silver's first merge of a snapshot is two commits: the snapshot, then bronze changes since its log
+    start from batches that ran before it (their silver runs waited). State after a kill between the two:
+    the snapshot commit alone. The next batch must still bring the earlier batch's changes."""
+    from dagster import AssetKey
+
+    from ingest.lake.silver import SilverFromSnapshot
+    from ingest.lake.tables import LakeTable, table_location
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE cu (id INT PRIMARY KEY, v INT)")
+        cur.execute("INSERT INTO cu SELECT seq, 0 FROM seq_1_to_300")
+    with instance_for_test() as instance:
+        h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["cu"]), tmp_path / "lake", instance)
+        h.snapshot()
+        with root.cursor() as cur:
+            cur.execute("UPDATE cu SET v = 1 WHERE id <= 100")
+        first = h.add_batch()
+        h.run([AssetKey(["src", "cu", "changes"])], first)  # bronze only: its silver run never happened
+        snapshot = LakeTable(spark, table_location(str(tmp_path / "lake"), "src", "cu", "snapshot"))
+        SilverFromSnapshot("src", "cu", snapshot).apply(spark, h.silver_path("cu"), lambda m: None)
+        with root.cursor() as cur:
+            cur.execute("UPDATE cu SET v = 2 WHERE id > 250")
+        h.run_batch(h.add_batch())
+        with root.cursor() as cur:
+            cur.execute("SELECT id, v FROM cu")
+            assert h.live("cu", ["id", "v"]) == sorted(cur.fetchall())

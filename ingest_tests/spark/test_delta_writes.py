@@ -26,3 +26,21 @@ def test_position_is_read_back_from_the_delta_log(spark, tmp_path):
     assert got.metadata["log_start"] == {"file": "b.000001", "pos": 4} and got.version == 0
     assert [c.version for c in commits(spark, path)] == [1, 0]
     assert last_commit(spark, str(tmp_path / "missing")) is None
+
+
+def test_commit_lookups_read_history_page_by_page_and_reach_the_oldest(spark, tmp_path, monkeypatch):
+    from ingest.lake import commits as commits_module
+
+    monkeypatch.setattr(commits_module, "HISTORY_PAGES", (2, 5))
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame([(1,)], "id int")
+    for n in range(8):
+        append(df, path, {"kind": "bronze", "batch": n}, Txn(f"b{n}", 0))
+    reads = []
+    real = commits_module._history
+    monkeypatch.setattr(commits_module, "_history", lambda s, p, limit: reads.append(limit) or real(s, p, limit))
+    assert last_commit(spark, path, batch=7).version == 7 and reads == [2]
+    reads.clear()
+    assert last_commit(spark, path, batch=0).version == 0 and reads == [2, 5, None]  # the whole history at last
+    reads.clear()
+    assert last_commit(spark, path, batch=99) is None and reads == [2, 5, None]
