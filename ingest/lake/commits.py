@@ -63,6 +63,8 @@ class CommitInfo:
     operation: str
     metadata: dict[str, Any]
     metrics: dict[str, str]
+    timestamp: Any = None
+    """When Delta committed it (a datetime)."""
 
 
 def _history(spark, path: str, limit: int | None) -> tuple[list[CommitInfo], int]:
@@ -73,13 +75,15 @@ def _history(spark, path: str, limit: int | None) -> tuple[list[CommitInfo], int
         return [], 0
     table = DeltaTable.forPath(spark, path)
     history = table.history(limit) if limit else table.history()
-    rows = history.select("version", "operation", "userMetadata", "operationMetrics").orderBy("version", ascending=False)
+    rows = history.select("version", "operation", "userMetadata", "operationMetrics", "timestamp").orderBy(
+        "version", ascending=False)
     out = []
     collected = rows.collect()
     for row in collected:
         meta = decode_user_metadata(row["userMetadata"])
         if meta is not None:
-            out.append(CommitInfo(row["version"], row["operation"], meta, dict(row["operationMetrics"] or {})))
+            out.append(CommitInfo(row["version"], row["operation"], meta, dict(row["operationMetrics"] or {}),
+                                  row["timestamp"]))
     return out, len(collected)
 
 

@@ -1,0 +1,113 @@
+"""`ingest status`: where each table stands, read from the Delta log (and the source, when it answers).
+
+The Delta log is the record of what is committed (DESIGN principle 1), so
+this reads it rather than Dagster's event log: a run that committed and died
+before its Dagster event still shows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ingest.sources.mysql.positions import BinlogPosition
+
+COLUMNS = ("source", "table", "snapshot", "last batch", "committed through", "silver merged", "behind head",
+           "headroom")
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    source: str
+    table: str
+    snapshot: str
+    last_batch: str
+    committed_through: str
+    silver_merged: str
+    behind_head: str
+    headroom: str
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.source, self.table, self.snapshot, self.last_batch, self.committed_through,
+                self.silver_merged, self.behind_head, self.headroom)
+
+
+def format_table(rows: Sequence[TableStatus]) -> str:
+    """A plain text table, one line per source table (pure)."""
+    cells = [COLUMNS, *(r.cells() for r in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def ago(when: dt.datetime | None, now: dt.datetime) -> str:
+    """'12 s ago', '5 min ago', '3 h ago' (pure)."""
+    if when is None:
+        return "-"
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+def behind(head: BinlogPosition, end: BinlogPosition) -> str:
+    """How far the binlog head is past what is committed (pure)."""
+    if head.seq > end.seq:
+        return f"{head.seq - end.seq} binlog file(s)"
+    return f"{max(0, head.pos - end.pos)} bytes"
+
+
+def headroom(oldest_log: str, end: BinlogPosition) -> str:
+    """Binlog files the server may purge before the next batch's start is gone (pure)."""
+    oldest = BinlogPosition(oldest_log, 4)
+    if oldest.seq > end.seq:
+        return "GONE: purged past the committed end; re-snapshot"
+    return f"{end.seq - oldest.seq} file(s)"
+
+
+def table_status(spark, lake_root: str, name: str, table: str, source_state) -> TableStatus:
+    """One table: `source_state` is a MySQL source's (binlog head, oldest binlog), or a text to show instead
+    (the source did not answer; a DynamoDB source, whose positions are per-shard checkpoints)."""
+    from ingest.lake.commits import last_commit
+    from ingest.lake.tables import table_location
+
+    now = dt.datetime.now()  # Delta's history timestamps are local, naive
+    snap = last_commit(spark, table_location(lake_root, name, table, "snapshot"), kind="snapshot")
+    bronze = last_commit(spark, table_location(lake_root, name, table, "bronze"), kind="bronze")
+    silver = last_commit(spark, table_location(lake_root, name, table, "silver"), kind="silver")
+    snapshot = "-" if snap is None else (
+        f"{snap.metadata['snapshot_id']} {'complete' if snap.metadata.get('complete') else 'UNFINISHED'} "
+        f"({ago(snap.timestamp, now)})")
+    binlog = not isinstance(source_state, str) or (snap is not None and "log_start_pos" in snap.metadata
+                                                   and "file" in snap.metadata.get("log_start", {}))
+    end = None
+    if binlog:
+        recorded = bronze.metadata["end"] if bronze else snap.metadata["log_start"] if snap else None
+        end = BinlogPosition.from_metadata(recorded) if recorded else None
+    if isinstance(source_state, str):
+        head_text, room = source_state, "-"
+    elif end is None:
+        head_text, room = "-", "-"
+    else:
+        head, oldest = source_state
+        head_text, room = behind(head, end), headroom(oldest, end)
+    return TableStatus(
+        name, table, snapshot,
+        f"{bronze.metadata['batch']} ({ago(bronze.timestamp, now)})" if bronze else "-",
+        f"{end.file}:{end.pos}" if end else "-",
+        ago(silver.timestamp, now) if silver else "-",
+        head_text, room)
+
+
+def source_position(source) -> tuple[BinlogPosition, str] | str:
+    """The binlog head and oldest binlog of a MySQL source, or why they could not be read."""
+    from ingest.sources.mysql.binlog import binary_logs, master_position
+    from ingest.sources.mysql.schema import connection_params
+
+    try:
+        with connection_params(source).connect() as conn:
+            return master_position(conn), binary_logs(conn)[0][0]
+    except Exception as exc:  # noqa: BLE001 - shown in the table instead of stopping it
+        return f"source unreachable ({exc.__class__.__name__})"
