@@ -109,9 +109,10 @@ def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_p
     add_partitions(env, "src_batches", [batch1.key, batch2.key])
     cmds = [[*base, "--select", "src/race/changes,src/race", "--partition", key]
             for key in (batch1.key, batch2.key, batch1.key)]
-    racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-              for cmd in cmds]
-    outcomes = [(r.wait(600), r.stdout.read()) for r in racers]
+    logs = [tmp_path / f"racer-{i}.log" for i in range(len(cmds))]  # files, not pipes: a full pipe blocks a racer
+    racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+              for cmd, log in zip(cmds, logs)]
+    outcomes = [(r.wait(600), log.read_text()) for r, log in zip(racers, logs)]
     # commit races between the runs (creating bronze and silver, merging into silver) are retried
     for code, output in outcomes:
         assert code == 0, output[-3000:]

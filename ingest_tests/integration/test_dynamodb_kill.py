@@ -108,17 +108,21 @@ def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_ba
         return [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions",
                 "--select", f"src/{table}/changes,src/{table}", "--partition", key]
 
-    racers = [subprocess.Popen(batch("00000001"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)]
+    logs = [tmp_path / "racer-0.log", tmp_path / "racer-1.log"]  # files, not pipes: a full pipe blocks a racer
+
+    def racer(n):
+        return subprocess.Popen(batch("00000001"), cwd=ROOT, env=env, stdout=open(logs[n], "w"),
+                                stderr=subprocess.STDOUT)
+
+    racers = [racer(0)]
     for i in range(600):  # writes for as long as the racers run
         if len(racers) == 2 and all(r.poll() is not None for r in racers):
             break
         ddb.put_item(TableName=table, Item={"id": {"S": f"late{i}"}, "v": {"N": str(i)}})
         time.sleep(0.1)
         if i == 10:
-            racers.append(subprocess.Popen(batch("00000001"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True))
-    outcomes = [(r.wait(600), r.stdout.read()) for r in racers]
+            racers.append(racer(1))
+    outcomes = [(r.wait(600), log.read_text()) for r, log in zip(racers, logs)]
     assert any(code == 0 for code, _ in outcomes), outcomes[0][1][-3000:]
     bronze_path = h.path(table, "bronze")
     assert sum(1 for c in commits(spark, bronze_path) if c.metadata.get("batch") == "00000001") == 1
