@@ -19,12 +19,6 @@ class UsageError(Exception):
     pass
 
 
-def _config(args):
-    from ingest.config import load_config
-
-    return load_config(args.sources)
-
-
 def select_tables(config, source: str | None, table: str | None) -> list[tuple[str, object, str]]:
     """(source name, source, table) for the selection; unknown names raise UsageError naming what exists."""
     from ingest.config import DynamoDBSource
@@ -48,17 +42,17 @@ def select_tables(config, source: str | None, table: str | None) -> list[tuple[s
 
 
 def status(args) -> int:
-    from ingest.config import DynamoDBSource
+    from ingest.config import DynamoDBSource, load_config
     from ingest.lake.spark import build_spark_session
     from ingest.status import format_table, source_position, table_status
 
-    config = _config(args)
-    selected = select_tables(config, args.source, args.table)
+    selected = select_tables(load_config(args.sources), args.source, args.table)
     spark = build_spark_session(os.environ.get("INGEST_SPARK_MASTER", "local[*]"), "ingest-status")
     spark.sparkContext.setLogLevel("ERROR")
     states = {name: ("n/a (DynamoDB)" if isinstance(src, DynamoDBSource) else source_position(src))
               for name, src, _ in selected}
-    rows = [table_status(spark, args.lake, name, t, states[name]) for name, _, t in selected]
+    rows = [table_status(spark, args.lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
+            for name, src, t in selected]
     print(format_table(rows))
     return 0
 

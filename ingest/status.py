@@ -67,9 +67,10 @@ def headroom(oldest_log: str, end: BinlogPosition) -> str:
     return f"{end.seq - oldest.seq} file(s)"
 
 
-def table_status(spark, lake_root: str, name: str, table: str, source_state) -> TableStatus:
+def table_status(spark, lake_root: str, name: str, table: str, source_state, binlog: bool) -> TableStatus:
     """One table: `source_state` is a MySQL source's (binlog head, oldest binlog), or a text to show instead
-    (the source did not answer; a DynamoDB source, whose positions are per-shard checkpoints)."""
+    (the source did not answer; a DynamoDB source). `binlog`: positions are binlog positions (MySQL); a
+    DynamoDB source's are per-shard checkpoints, not shown here."""
     from ingest.lake.commits import last_commit
     from ingest.lake.tables import table_location
 
@@ -80,8 +81,6 @@ def table_status(spark, lake_root: str, name: str, table: str, source_state) -> 
     snapshot = "-" if snap is None else (
         f"{snap.metadata['snapshot_id']} {'complete' if snap.metadata.get('complete') else 'UNFINISHED'} "
         f"({ago(snap.timestamp, now)})")
-    binlog = not isinstance(source_state, str) or (snap is not None and "log_start_pos" in snap.metadata
-                                                   and "file" in snap.metadata.get("log_start", {}))
     end = None
     if binlog:
         recorded = bronze.metadata["end"] if bronze else snap.metadata["log_start"] if snap else None

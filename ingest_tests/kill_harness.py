@@ -69,6 +69,11 @@ class Trial:
     checksum_equal: bool = False
     seconds: float = 0.0
 
+    def line(self) -> str:
+        return (f"  trial {self.number:3d} {self.phase:9s} {'killed' if self.killed else 'finished first':14s} "
+                f"{self.point:44s} lost {self.lost} dup {self.duplicated} extra {self.extra} wrong {self.wrong} "
+                f"{'ok' if self.checksum_equal else 'CHECKSUM DIFFERS'} ({self.seconds:.0f} s)")
+
     @property
     def clean(self) -> bool:
         return self.checksum_equal and not (self.lost or self.duplicated or self.extra or self.wrong)
@@ -89,11 +94,7 @@ class Report:
                  f"rows lost {sum(t.lost for t in self.trials)}, duplicated {sum(t.duplicated for t in self.trials)}, "
                  f"extra {sum(t.extra for t in self.trials)}, wrong {sum(t.wrong for t in self.trials)}, "
                  f"checksum mismatches {sum(not t.checksum_equal for t in self.trials)}"]
-        for t in self.trials:
-            lines.append(f"  trial {t.number:3d} {t.phase:9s} {'killed' if t.killed else 'finished first':14s} "
-                         f"{t.point:44s} lost {t.lost} dup {t.duplicated} extra {t.extra} wrong {t.wrong} "
-                         f"{'ok' if t.checksum_equal else 'CHECKSUM DIFFERS'} ({t.seconds:.0f} s)")
-        return "\n".join(lines)
+        return "\n".join([*lines, *(t.line() for t in self.trials)])
 
 
 class KillHarness:
@@ -160,7 +161,7 @@ class KillHarness:
         for number in range(1, trials + 1):
             trial = self.trial(number, PHASES[(number - 1) % len(PHASES)])
             report.trials.append(trial)
-            log(report.summary().splitlines()[-1])
+            log(trial.line())
         return report
 
     def trial(self, number: int, phase: str) -> Trial:
@@ -240,8 +241,7 @@ class KillHarness:
 
         after = self._commit_versions()
         for key in selection:
-            layer = key.path[-1] if len(key.path) == 3 else "silver"
-            layer = "bronze" if layer == "changes" else layer
+            layer = {"snapshot": "snapshot", "changes": "bronze"}.get(key.path[-1], "silver")  # src/kh is silver
             if after[layer] == before[layer]:
                 continue
             records = self.h.instance.fetch_materializations(

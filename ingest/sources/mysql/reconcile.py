@@ -148,11 +148,13 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
 
     silver = live_rows(spark.read.format("delta").load(silver_path))
     source = read_chunks_df(spark, params, schema, plan_chunks(boundaries), parallelism)
-    columns = [c for c in schema.column_names]
-    types = dict(silver.dtypes)
+    columns = list(schema.column_names)
+    silver_types, source_types = dict(silver.dtypes), dict(source.dtypes)
     for c in columns:  # compare in silver's types; a column silver lacks compares as null
-        source = source.withColumn(c, F.col(c).cast(types[c])) if c in types else source
-        silver = silver if c in types else silver.withColumn(c, F.lit(None).cast(dict(source.dtypes)[c]))
+        if c in silver_types:
+            source = source.withColumn(c, F.col(c).cast(silver_types[c]))
+        else:
+            silver = silver.withColumn(c, F.lit(None).cast(source_types[c]))
     s = source.select(*keys, row_hash(source, columns).alias("_h"))
     t = silver.select(*keys, row_hash(silver, columns).alias("_h"))
     totals = [side.agg(F.count(F.lit(1)), F.coalesce(F.sum(F.col("_h").cast("decimal(38,0)")), F.lit(0))).first()

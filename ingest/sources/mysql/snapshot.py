@@ -33,7 +33,7 @@ from ingest.retry import retrying
 from ingest.sources.mysql.errors import SourceUnreachable, executor_error_code, is_transient
 from ingest.sources.mysql.binlog import master_position
 from ingest.sources.mysql.positions import BinlogPosition
-from ingest.sources.mysql.schema import ConnectionParams, TableSchema
+from ingest.sources.mysql.schema import ConnectionParams, TableSchema, describe_table
 from ingest.sources.mysql.types import MySQLColumn, column_type, convert_column
 
 T = TypeVar("T")
@@ -219,11 +219,12 @@ class SnapshotShapeUnstable(RuntimeError):
     pass
 
 
-def _describe_again(params: ConnectionParams, schema: TableSchema) -> TableSchema:
-    from ingest.sources.mysql.schema import describe_table
-
+def _check_shape(params: ConnectionParams, schema: TableSchema, fingerprint: str) -> None:
+    """Raise ShapeChanged when the table no longer has the shape the snapshot started with."""
     with params.connect() as conn:
-        return describe_table(conn, schema.database, schema.table)
+        now = describe_table(conn, schema.database, schema.table)
+    if now.fingerprint() != fingerprint:
+        raise ShapeChanged(now)
 
 
 def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
@@ -278,13 +279,9 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
             outcome = retry_wave(lambda: append(df, path, meta, Txn(app_id, wave_no), overwrite=wave_no == 0,
                                                 overwrite_schema=wave_no == 0), source, schema.table, wave_no, params)
         except Exception:
-            now = _describe_again(params, schema)
-            if now.fingerprint() != fingerprint:
-                raise ShapeChanged(now) from None
+            _check_shape(params, schema, fingerprint)  # DDL explains the failure: start afresh
             raise
-        now = _describe_again(params, schema)
-        if now.fingerprint() != fingerprint:
-            raise ShapeChanged(now)
+        _check_shape(params, schema, fingerprint)
         progress.rows += outcome.rows
         progress.chunks_done = wave[-1].index + 1
         progress.waves_committed.append(wave_no)
