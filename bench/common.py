@@ -1,0 +1,162 @@
+"""What every benchmark shares: the result line, the machine's description, RSS sampling."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = BENCH_DIR.parent
+
+
+@dataclass
+class Result:
+    """One benchmark's figures, all measured in the same run."""
+
+    name: str
+    ours: float
+    baseline_name: str
+    baseline: float
+    unit: str
+    higher_is_better: bool = True
+    target: float | None = None
+    """The least acceptable ratio (or, when lower is better, the most), from the benchmarks issue."""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.ours / self.baseline if self.baseline else float("nan")
+
+    @property
+    def meets_target(self) -> bool | None:
+        if self.target is None:
+            return None
+        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+
+    def line(self) -> str:
+        text = (f"{self.name}: ours {fmt(self.ours)} {self.unit}, baseline {self.baseline_name} "
+                f"{fmt(self.baseline)} {self.unit}, ratio {self.ratio:.2f}")
+        if self.target is not None:
+            sign = ">=" if self.higher_is_better else "<="
+            text += f"  [target {sign} {self.target:g}: {'met' if self.meets_target else 'NOT met'}]"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio, "meets_target": self.meets_target}
+
+
+def fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory, CPU model and the versions that shape the figures."""
+    from importlib.metadata import version
+
+    def first(path: str, prefix: str) -> str:
+        try:
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
+
+    def out(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip() or "?"
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+
+    mem_kb = first("/proc/meminfo", "MemTotal").split()[0]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": first("/proc/cpuinfo", "model name"),
+        "memory_gib": round(int(mem_kb) / 2**20, 1) if mem_kb.isdigit() else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "java": _java_version(),
+        "mariadb": out(_mariadbd(), "--version"),
+        "packages": {p: version(p) for p in ("pyspark", "delta-spark", "dagster", "mysql-replication", "PyMySQL",
+                                            "pyarrow", "boto3", "moto")},
+    }
+
+
+def _mariadbd() -> str:
+    from ingest.localdev.mariadb import _binary
+
+    return _binary("mariadbd")
+
+
+def _java_version() -> str:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20)
+        return (done.stderr or done.stdout).splitlines()[0]
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return "?"
+
+
+def tree_rss_bytes(root: int) -> int:
+    """The resident memory of a process and all its descendants (driver, JVM, Python workers)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            pages = int(Path(entry.path, "statm").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        pid = int(entry.name)
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = pages * page
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+class PeakRss:
+    """Samples the RSS of a process tree every `interval` seconds on a thread; `.peak` in bytes."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid, self.interval, self.peak = pid, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, Any]:
+    started = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return time.perf_counter() - started, value

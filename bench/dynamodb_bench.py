@@ -1,0 +1,110 @@
+"""DynamoDB benchmarks on a moto server: the scan snapshot against a single-threaded boto3 Scan loop,
+and a stream batch against a raw GetRecords loop over the same records."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import Result  # noqa: E402
+
+ATTRIBUTES = {"n": "bigint"}
+
+
+def create_table(client, name: str) -> None:
+    client.create_table(TableName=name, KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+                        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                        BillingMode="PAY_PER_REQUEST",
+                        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"})
+
+
+def put_items(client, table: str, items: int) -> None:
+    for start in range(0, items, 25):
+        client.batch_write_item(RequestItems={table: [
+            {"PutRequest": {"Item": {"id": {"S": f"item-{i:08d}"}, "n": {"N": str(i)}, "s": {"S": "x" * 40},
+                                     "tags": {"SS": ["a", "b"]}, "m": {"M": {"k": {"N": str(i % 97)}}}}}}
+            for i in range(start, min(start + 25, items))]})
+
+
+def raw_scan(client, table: str) -> tuple[float, int]:
+    """One thread, one segment, Scan pages until LastEvaluatedKey runs out; nothing done per item."""
+    started = time.perf_counter()
+    kwargs, n = {"TableName": table}, 0
+    while True:
+        page = client.scan(**kwargs)
+        n += len(page["Items"])
+        if "LastEvaluatedKey" not in page:
+            return time.perf_counter() - started, n
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def raw_get_records(client, streams, table: str) -> tuple[float, int]:
+    """Every shard from TRIM_HORIZON, GetRecords (Limit 1000) until a page comes back empty."""
+    started = time.perf_counter()
+    arn = client.describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    n = 0
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"],
+                                        ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while it:
+            page = streams.get_records(ShardIterator=it, Limit=1000)
+            if not page["Records"]:
+                break
+            n += len(page["Records"])
+            it = page.get("NextShardIterator")
+    return time.perf_counter() - started, n
+
+
+def dynamodb_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> list[Result]:
+    import boto3
+
+    from ingest.sources.dynamodb.cdc import StreamBatchWrite
+    from ingest.sources.dynamodb.client import ClientSettings
+    from ingest.sources.dynamodb.scan import ScanSnapshotWrite
+
+    quiet = lambda _m: None  # noqa: E731
+    client = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name="us-east-1")
+    streams = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name="us-east-1")
+    settings = ClientSettings("us-east-1", endpoint_url, "local", "local")
+
+    def snapshot(table: str, segments: int, parallelism: int) -> tuple[float, dict]:
+        write = ScanSnapshotWrite("bench", table, settings, ATTRIBUTES, segments, parallelism, segments, False, None)
+        started = time.perf_counter()
+        meta = write.apply(spark, str(lake / table / "snapshot"), quiet)
+        return time.perf_counter() - started, meta
+
+    # Scan: a loaded table; a warm-up snapshot first keeps JVM and Python-worker start-up out.
+    create_table(client, "scan")
+    put_items(client, "scan", items)
+    create_table(client, "warm")
+    put_items(client, "warm", 200)
+    snapshot("warm", 2, 2)
+    raw_s, n = raw_scan(client, "scan")
+    assert n == items, (n, items)
+    ours_s, meta = snapshot("scan", 4, 2)
+    assert meta["rows"] == items, meta
+    log(f"scan: ours {ours_s:.1f} s, raw {raw_s:.1f} s")
+
+    # Stream: snapshot an empty table (its positions: the stream's start), then write, then one batch.
+    create_table(client, "changes")
+    snapshot("changes", 1, 1)
+    put_items(client, "changes", items)
+    raw_stream_s, records = raw_get_records(client, streams, "changes")
+    assert records == items, (records, items)
+    batch = StreamBatchWrite("bench", "changes", "00000001", settings, ATTRIBUTES, items + 1, 1000)
+    started = time.perf_counter()
+    got = batch.apply(spark, str(lake / "changes" / "bronze"), quiet)
+    ours_stream_s = time.perf_counter() - started
+    assert got["rows"] == items, got
+    log(f"stream: ours {ours_stream_s:.1f} s, raw {raw_stream_s:.1f} s")
+    return [
+        Result(f"dynamodb_scan_{items // 1000}k", items / ours_s, "boto3_scan_loop_1_thread", items / raw_s,
+               "items/s", details={"segments": 4, "parallelism": 2, "ours_seconds": ours_s, "raw_seconds": raw_s}),
+        Result(f"dynamodb_stream_{items // 1000}k", items / ours_stream_s, "boto3_get_records_loop",
+               items / raw_stream_s, "records/s",
+               details={"ours_seconds": ours_stream_s, "raw_seconds": raw_stream_s,
+                        "includes": "GetRecords, decoding, bronze append"}),
+    ]

@@ -1,0 +1,292 @@
+"""MariaDB benchmarks: snapshot throughput (ours, Spark JDBC, raw scan) and binlog CDC (ours, raw read)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import Result  # noqa: E402
+from ingest.sources.mysql.schema import ConnectionParams  # noqa: E402
+
+DATABASE = "bench"
+PASSWORD = "bench-pw"
+
+# About ten mixed columns, like an orders table: integers, text, DECIMAL, DOUBLE,
+# ENUM, DATETIME, TIMESTAMP and a flag.
+TABLE_DDL = """CREATE TABLE {name} (
+  id BIGINT NOT NULL PRIMARY KEY,
+  customer_id INT NOT NULL,
+  sku VARCHAR(32) NOT NULL,
+  qty SMALLINT UNSIGNED NOT NULL,
+  price DECIMAL(12,2) NOT NULL,
+  weight DOUBLE,
+  status ENUM('new','paid','shipped','cancelled') NOT NULL,
+  note VARCHAR(200),
+  created_at DATETIME(3) NOT NULL,
+  updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  gift TINYINT(1) NOT NULL
+) ENGINE=InnoDB"""
+
+# Row values as SQL expressions of `seq` (MariaDB's Sequence engine gives 1..N fast).
+ROW_EXPRS = ("seq, seq % 10007, CONCAT('sku-', seq % 5003), seq % 40, (seq % 100000) / 100, seq * 0.37, "
+             "ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'cancelled'), "
+             "IF(seq % 7 = 0, NULL, REPEAT(CHAR(97 + seq % 26), 10 + seq % 50)), "
+             "TIMESTAMP('2026-01-01') + INTERVAL seq SECOND, TIMESTAMP('2026-06-01') + INTERVAL seq % 86400 SECOND, "
+             "seq % 2")
+COLUMNS = "id, customer_id, sku, qty, price, weight, status, note, created_at, updated_at, gift"
+LOAD_SLICE = 1_000_000
+
+
+def setup_database(server) -> ConnectionParams:
+    server.create_ingest_user("bench", PASSWORD)
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    return ConnectionParams("127.0.0.1", server.port, "bench", PASSWORD, DATABASE, 30)
+
+
+def load_table(server, name: str, rows: int, log_bin: bool = False) -> float:
+    """Create `name` with `rows` rows; seconds taken. Loads outside the binlog unless `log_bin`."""
+    started = time.perf_counter()
+    with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+        if not log_bin:
+            cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"DROP TABLE IF EXISTS {name}")
+        cur.execute(TABLE_DDL.format(name=name))
+        for lo in range(0, rows, LOAD_SLICE):
+            hi = min(rows, lo + LOAD_SLICE)
+            cur.execute(f"INSERT INTO {name} ({COLUMNS}) SELECT {ROW_EXPRS} FROM seq_{lo + 1}_to_{hi}")
+            conn.commit()
+        cur.execute(f"ANALYZE TABLE {name}")
+        cur.fetchall()
+    return time.perf_counter() - started
+
+
+# ------------------------------------------------------------------ snapshot
+
+def raw_scan(params: ConnectionParams, table: str) -> tuple[float, int]:
+    """The source's limit: one unbuffered SELECT * drained by a streaming PyMySQL cursor, nothing done per row."""
+    import pymysql.cursors
+
+    started = time.perf_counter()
+    n = 0
+    with params.connect(cursorclass=pymysql.cursors.SSCursor) as conn:
+        cur = conn.cursor()
+        cur.execute(f"SELECT * FROM {table}")
+        while rows := cur.fetchmany(10_000):
+            n += len(rows)
+        cur.close()
+    return time.perf_counter() - started, n
+
+
+def client_scan(server, table: str) -> tuple[float, int]:
+    """The MariaDB command-line client (C) draining SELECT * with --quick, to /dev/null: the C limit."""
+    import subprocess
+
+    from ingest.localdev.mariadb import _binary
+
+    started = time.perf_counter()
+    subprocess.run([_binary("mariadb"), "--no-defaults", "--quick", "--batch", "-h", "127.0.0.1",
+                    "-P", str(server.port), "-u", "bench", f"-p{PASSWORD}", DATABASE, "-e", f"SELECT * FROM {table}"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started, -1
+
+
+def jdbc_snapshot(spark, params: ConnectionParams, table: str, rows: int, path: str, partitions: int) -> float:
+    """The hand-written Spark way: spark.read.jdbc split on the key, written to Delta."""
+    started = time.perf_counter()
+    # A jdbc:mysql URL so that Spark picks its MySQL dialect (backtick quoting);
+    # permitMysqlScheme lets the MariaDB driver take it.
+    df = spark.read.jdbc(
+        f"jdbc:mysql://{params.host}:{params.port}/{params.database}?permitMysqlScheme", table, column="id",
+        lowerBound=1, upperBound=rows + 1, numPartitions=partitions,
+        properties={"user": params.user, "password": params.password, "driver": "org.mariadb.jdbc.Driver",
+                    "fetchsize": "10000", "sessionInitStatement": "SET time_zone = '+00:00'"})
+    df.write.format("delta").mode("overwrite").save(path)
+    return time.perf_counter() - started
+
+
+def our_snapshot(spark, params: ConnectionParams, table: str, path: str, chunk_size: int, parallelism: int,
+                 chunks_per_commit: int) -> tuple[float, int]:
+    from ingest.sources.mysql.schema import describe_table
+    from ingest.sources.mysql.snapshot import run_snapshot
+
+    started = time.perf_counter()
+    with params.connect() as conn:
+        schema = describe_table(conn, params.database, table)
+    progress = run_snapshot(spark, params, schema, path, source="bench", chunk_size=chunk_size,
+                            parallelism=parallelism, chunks_per_commit=chunks_per_commit, log=lambda _m: None)
+    return time.perf_counter() - started, progress.rows
+
+
+@dataclass
+class SnapshotFigures:
+    rows: int
+    ours_s: float
+    jdbc_s: float
+    raw_s: float
+    client_s: float
+
+
+def snapshot_bench(spark, server, params: ConnectionParams, lake: Path, rows: int, parallelism: int,
+                   chunk_size: int, chunks_per_commit: int, log) -> list[Result]:
+    table = f"snap_{rows}"
+    log(f"loading {rows:,} rows into {DATABASE}.{table}")
+    load_s = load_table(server, table, rows)
+    log(f"loaded in {load_s:.1f} s; warming up both Spark paths on a small table")
+    load_table(server, "warm", 20_000)
+    our_snapshot(spark, params, "warm", str(lake / "warm_ours"), 5_000, parallelism, 2)
+    jdbc_snapshot(spark, params, "warm", 20_000, str(lake / "warm_jdbc"), parallelism)
+
+    raw_s, n = raw_scan(params, table)
+    assert n == rows, (n, rows)
+    client_s, _ = client_scan(server, table)
+    log(f"raw scan {raw_s:.1f} s, mariadb client {client_s:.1f} s")
+    ours_s, ours_rows = our_snapshot(spark, params, table, str(lake / f"{table}_ours"), chunk_size, parallelism,
+                                     chunks_per_commit)
+    assert ours_rows == rows, (ours_rows, rows)
+    log(f"ours {ours_s:.1f} s")
+    jdbc_s = jdbc_snapshot(spark, params, table, rows, str(lake / f"{table}_jdbc"), parallelism)
+    jdbc_rows = spark.read.format("delta").load(str(lake / f"{table}_jdbc")).count()
+    assert jdbc_rows == rows, (jdbc_rows, rows)
+    log(f"jdbc {jdbc_s:.1f} s")
+    details = {"rows": rows, "parallelism": parallelism, "chunk_size": chunk_size,
+               "chunks_per_commit": chunks_per_commit, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s,
+               "raw_scan_seconds": raw_s, "mariadb_client_seconds": client_s, "load_seconds": load_s}
+    label = f"{rows // 1_000_000}M" if rows >= 1_000_000 else f"{rows // 1000}k"
+    return [
+        Result(f"snapshot_{label}_vs_jdbc", rows / ours_s, "spark_jdbc_to_delta", rows / jdbc_s, "rows/s",
+               target=1.0, details=details),
+        Result(f"snapshot_{label}_vs_raw_scan", rows / ours_s, "raw_pymysql_streaming_scan", rows / raw_s,
+               "rows/s", target=0.7, details={**details, "mariadb_client_rows_per_s": rows / client_s}),
+    ]
+
+
+# ------------------------------------------------------------------ binlog CDC
+
+CDC_TXN_ROWS = 5_000
+"""Rows per source transaction in the generated change load."""
+
+
+def write_changes(server, table: str, events: int) -> dict[str, int]:
+    """Half inserts, 30 % updates, 20 % deletes, as row events in transactions of CDC_TXN_ROWS rows."""
+    inserts = events // 2
+    updates = events * 3 // 10
+    deletes = events - inserts - updates
+    with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+        for lo in range(0, inserts, CDC_TXN_ROWS):
+            hi = min(inserts, lo + CDC_TXN_ROWS)
+            cur.execute(f"INSERT INTO {table} ({COLUMNS}) SELECT {ROW_EXPRS} FROM seq_{lo + 1}_to_{hi}")
+        for lo in range(0, updates, CDC_TXN_ROWS):
+            hi = min(updates, lo + CDC_TXN_ROWS)
+            cur.execute(f"UPDATE {table} SET qty = qty + 1, status = 'paid', note = CONCAT('u', id) "
+                        f"WHERE id > {lo} AND id <= {hi}")
+        for lo in range(0, deletes, CDC_TXN_ROWS):
+            hi = min(deletes, lo + CDC_TXN_ROWS)
+            cur.execute(f"DELETE FROM {table} WHERE id > {inserts - hi} AND id <= {inserts - lo}")
+    return {"insert": inserts, "update": updates, "delete": deletes}
+
+
+def raw_binlog_read(params: ConnectionParams, start, end) -> tuple[float, int]:
+    """The source's limit: python-mysql-replication reading [start, end), decoding each row event's
+    rows (`event.rows`) and doing nothing with them."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import RotateEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from ingest.sources.mysql.binlog import reader_server_id
+    from ingest.sources.mysql.positions import BinlogPosition
+
+    started = time.perf_counter()
+    stream = BinLogStreamReader(
+        {"host": params.host, "port": params.port, "user": params.user, "passwd": params.password},
+        server_id=reader_server_id(), resume_stream=True, log_file=start.file, log_pos=start.pos,
+        blocking=False, is_mariadb=False)
+    rows, current = 0, start.file
+    try:
+        for event in stream:
+            if isinstance(event, RotateEvent):  # its own position is in the file it ends
+                current = event.next_binlog
+                continue
+            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                rows += len(event.rows)
+            if event.packet.log_pos and BinlogPosition(current, event.packet.log_pos) >= end:
+                break
+    finally:
+        stream.close()
+    return time.perf_counter() - started, rows
+
+
+def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, log) -> tuple[float, int, int]:
+    """Every change batch from `log_start` to the head, as the sensor cuts them (one binlog file at most),
+    each read into bronze then merged into silver. Returns seconds, row changes and batches."""
+    from ingest.lake.silver import SilverFromBatch
+    from ingest.lake.tables import LakeTable
+    from ingest.sources.mysql.binlog import binary_logs, master_position
+    from ingest.sources.mysql.cdc import plan_next_batch, read_change_batch
+
+    quiet = lambda _m: None  # noqa: E731
+    started = time.perf_counter()
+    with params.connect() as conn:
+        head = master_position(conn)
+        logs = [f for f, _ in binary_logs(conn)]
+    last_end, changes, batches = None, 0, 0
+    while True:
+        plan = plan_next_batch(last_end, log_start, head, logs, max_files=1)
+        if plan.batch is None or (last_end is not None and last_end >= head):
+            break
+        key = plan.batch.key
+        write = read_change_batch(params, "bench", key, {table: ["id"]})[table]
+        bronze = str(lake / f"{table}_bronze")
+        write.apply(spark, bronze, quiet)
+        SilverFromBatch("bench", table, LakeTable(spark, bronze, key), LakeTable(spark, str(lake / f"{table}_snap"))
+                        ).apply(spark, str(lake / f"{table}_silver"), quiet)
+        changes += len(write.records)
+        batches += 1
+        last_end = BinlogEnd.of(write)
+        log(f"batch {batches} {key}: {len(write.records):,} changes, {time.perf_counter() - started:.1f} s")
+    return time.perf_counter() - started, changes, batches
+
+
+class BinlogEnd:
+    @staticmethod
+    def of(write):
+        from ingest.sources.mysql.positions import BinlogPosition
+
+        return BinlogPosition.from_metadata(write.positions["end"])
+
+
+def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log) -> list[Result]:
+    from ingest.sources.mysql.snapshot import SnapshotProgress  # noqa: F401  (import cost outside the timing)
+
+    table = "cdc"
+    load_table(server, table, 0)
+    _, _ = our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
+    from ingest.lake.commits import last_commit
+    from ingest.sources.mysql.positions import BinlogPosition
+
+    log_start = BinlogPosition.from_metadata(last_commit(spark, str(lake / f"{table}_snap"), kind="snapshot")
+                                             .metadata["log_start"])
+    log(f"writing {events:,} row changes")
+    t0 = time.perf_counter()
+    mix = write_changes(server, table, events)
+    from ingest.sources.mysql.binlog import master_position
+
+    with params.connect() as conn:
+        head = master_position(conn)
+    log(f"written in {time.perf_counter() - t0:.1f} s; binlog {log_start} .. {head}")
+    raw_s, raw_rows = raw_binlog_read(params, log_start, head)
+    assert raw_rows == events, (raw_rows, events)
+    log(f"raw read {raw_s:.1f} s")
+    ours_s, changes, batches = our_cdc(spark, params, table, lake, log_start, log)
+    assert changes == events, (changes, events)
+    silver = spark.read.format("delta").load(str(lake / f"{table}_silver")).where("NOT _deleted").count()
+    assert silver == mix["insert"] - mix["delete"], (silver, mix)
+    label = f"{events // 1_000_000}M" if events >= 1_000_000 else f"{events // 1000}k"
+    return [Result(f"cdc_{label}_events", events / ours_s, "raw_python_mysql_replication_read", events / raw_s,
+                   "row events/s", target=0.8,
+                   details={"events": events, "mix": mix, "batches": batches, "ours_seconds": ours_s,
+                            "raw_seconds": raw_s, "includes": "binlog read, bronze append, silver merge"})]

@@ -1,0 +1,114 @@
+"""The benchmarks, in one run, against their baselines measured in the same run.
+
+    .venv/bin/python bench/run.py --quick      # under 5 minutes
+    .venv/bin/python bench/run.py              # the full sizes, about 30 minutes
+
+Starts its own MariaDB and moto servers (stopped by PID at the end) and one
+local SparkSession. Prints one line per benchmark,
+
+    <name>: ours <value> <unit>, baseline <name> <value> <unit>, ratio <ours/baseline>
+
+with the issue's target after it, and writes the figures with the machine's
+description to bench/out/<mode>.json (or --json PATH). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
+
+# Sizes per mode. The memory benchmark compares a snapshot of `memory_small`
+# rows with one of `memory_large` rows, each in a fresh process.
+MODES = {
+    "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
+              "memory_large": 1_000_000, "freshness_seconds": 75, "dynamodb_items": 10_000},
+    "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
+             "memory_large": 10_000_000, "freshness_seconds": 240, "dynamodb_items": 50_000},
+}
+BENCHMARKS = ("snapshot", "cdc", "memory", "freshness", "dynamodb")
+
+# The snapshot settings every MySQL benchmark uses (the sources file's defaults
+# would do; these are written out so the JSON says what was measured).
+SNAPSHOT = {"chunk_size": 50_000, "parallelism": 2, "chunks_per_commit": 8}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: finishes in under 5 minutes")
+    parser.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
+    parser.add_argument("--json", type=Path, help="where to write the figures (default bench/out/<mode>.json)")
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    sizes = MODES[mode]
+    chosen = args.only or BENCHMARKS
+    out_path = args.json or BENCH_DIR / "out" / f"{mode}.json"
+
+    from ingest.lake.spark import build_spark_session
+    from ingest.localdev.mariadb import MariaDBServer
+    from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
+
+    os.environ.update(LOCAL_CREDENTIALS)
+
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="ingest-bench-"))
+    # Small binlog files: a CDC backlog becomes several batches, as the sensor cuts it.
+    server = MariaDBServer(work / "mdb", free_port(), extra_args=("--max-binlog-size=67108864",
+                                                                  "--innodb-buffer-pool-size=1G"))
+    results: list[Result] = []
+    try:
+        server.start()
+        from bench import mysql_bench
+
+        params = mysql_bench.setup_database(server)
+        spark = build_spark_session("local[*]", "ingest-bench")
+        spark.sparkContext.setLogLevel("ERROR")
+        lake = work / "lake"
+        for name in chosen:
+            log(f"--- {name}")
+            if name == "snapshot":
+                got = mysql_bench.snapshot_bench(spark, server, params, lake, sizes["snapshot_rows"], log=log,
+                                                 **SNAPSHOT)
+            elif name == "dynamodb":
+                from bench.dynamodb_bench import dynamodb_bench
+
+                moto = MotoServer(free_port()).start()
+                try:
+                    got = dynamodb_bench(spark, moto.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
+                finally:
+                    moto.stop()
+            elif name == "cdc":
+                got = mysql_bench.cdc_bench(spark, server, params, lake, sizes["cdc_events"], log=log)
+            else:
+                continue
+            for result in got:
+                print(result.line(), flush=True)
+            results.extend(got)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps({
+        "mode": mode, "sizes": sizes, "snapshot_settings": SNAPSHOT, "seconds": round(time.perf_counter() - started, 1),
+        "machine": machine(), "results": [r.to_json() for r in results],
+    }, indent=2, default=str))
+    log(f"done in {time.perf_counter() - started:.0f} s; figures in {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.exit(main())
