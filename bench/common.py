@@ -53,7 +53,9 @@ class Result:
 
 
 def fmt(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 def free_port() -> int:

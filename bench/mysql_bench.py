@@ -156,7 +156,7 @@ def snapshot_bench(spark, server, params: ConnectionParams, lake: Path, rows: in
     details = {"rows": rows, "parallelism": parallelism, "chunk_size": chunk_size,
                "chunks_per_commit": chunks_per_commit, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s,
                "raw_scan_seconds": raw_s, "mariadb_client_seconds": client_s, "load_seconds": load_s}
-    label = f"{rows // 1_000_000}M" if rows >= 1_000_000 else f"{rows // 1000}k"
+    label = _label(rows)
     return [
         Result(f"snapshot_{label}_vs_jdbc", rows / ours_s, "spark_jdbc_to_delta", rows / jdbc_s, "rows/s",
                target=1.0, details=details),
@@ -285,8 +285,50 @@ def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, 
     assert changes == events, (changes, events)
     silver = spark.read.format("delta").load(str(lake / f"{table}_silver")).where("NOT _deleted").count()
     assert silver == mix["insert"] - mix["delete"], (silver, mix)
-    label = f"{events // 1_000_000}M" if events >= 1_000_000 else f"{events // 1000}k"
-    return [Result(f"cdc_{label}_events", events / ours_s, "raw_python_mysql_replication_read", events / raw_s,
+    return [Result(f"cdc_{_label(events)}_events", events / ours_s, "raw_python_mysql_replication_read", events / raw_s,
                    "row events/s", target=0.8,
                    details={"events": events, "mix": mix, "batches": batches, "ours_seconds": ours_s,
                             "raw_seconds": raw_s, "includes": "binlog read, bronze append, silver merge"})]
+
+
+# ------------------------------------------------------------------ memory
+
+def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, parallelism: int,
+                 chunks_per_commit: int, log) -> list[Result]:
+    """Peak RSS of a fresh process tree (driver, JVM, Python workers) snapshotting `small` rows
+    against `large` rows: flat means the ratio stays near 1."""
+    import json
+    import subprocess
+
+    from bench.common import BENCH_DIR, PeakRss
+
+    peaks, seconds = {}, {}
+    for rows in (small, large):
+        table = f"snap_{rows}"
+        with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{DATABASE}' "
+                        f"AND table_name = '{table}'")
+            exists = cur.fetchone()[0]
+        if not exists:
+            log(f"loading {rows:,} rows into {DATABASE}.{table}")
+            load_table(server, table, rows)
+        child = subprocess.Popen([sys.executable, str(BENCH_DIR / "snapshot_child.py"), str(server.port), table,
+                                  str(lake / f"mem_{rows}"), str(chunk_size), str(parallelism),
+                                  str(chunks_per_commit)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+        with PeakRss(child.pid) as rss:
+            out, _ = child.communicate()
+        if child.returncode != 0:
+            raise RuntimeError(f"the snapshot child for {rows} rows failed (exit {child.returncode})")
+        got = json.loads(out.strip().splitlines()[-1])
+        assert got["rows"] == rows, (got, rows)
+        peaks[rows], seconds[rows] = rss.peak / 2**20, got["seconds"]
+        log(f"{rows:,} rows: peak RSS {peaks[rows]:,.0f} MiB, {got['seconds']:.1f} s in a fresh process")
+    return [Result(f"snapshot_peak_rss_{_label(large)}_rows", peaks[large], f"same_at_{_label(small)}_rows",
+                   peaks[small], "MiB", higher_is_better=False, target=1.2,
+                   details={"small_rows": small, "large_rows": large, "seconds_in_fresh_process": seconds,
+                            "measured": "RSS of the process tree: driver, JVM, Python workers; sampled every 0.2 s"})]
+
+
+def _label(rows: int) -> str:
+    return f"{rows // 1_000_000}M" if rows >= 1_000_000 else f"{rows // 1000}k"

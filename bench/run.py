@@ -31,9 +31,9 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 # rows with one of `memory_large` rows, each in a fresh process.
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
-              "memory_large": 1_000_000, "freshness_seconds": 75, "dynamodb_items": 10_000},
+              "memory_large": 1_000_000, "freshness_seconds": 40, "dynamodb_items": 10_000},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
-             "memory_large": 10_000_000, "freshness_seconds": 240, "dynamodb_items": 50_000},
+             "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000},
 }
 BENCHMARKS = ("snapshot", "cdc", "memory", "freshness", "dynamodb")
 
@@ -90,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                     got = dynamodb_bench(spark, moto.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
                 finally:
                     moto.stop()
+            elif name == "memory":
+                got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
+                                               **SNAPSHOT)
+            elif name == "freshness":
+                from bench.freshness import freshness_bench
+
+                got = freshness_bench(server, params, work, sizes["freshness_seconds"], log)
             elif name == "cdc":
                 got = mysql_bench.cdc_bench(spark, server, params, lake, sizes["cdc_events"], log=log)
             else:

@@ -1,0 +1,184 @@
+"""Freshness: seconds from a commit in MariaDB to the row being live in silver, with the Dagster
+daemon and the binlog sensor running under a steady write load.
+
+A writer commits one marker row every `every` seconds and notes, right after the commit, the time
+and the binlog head (at or past the marker's end). A marker is live in silver from the first silver
+commit whose batch end is at or past that position; the Delta commit's own timestamp says when.
+Reading the Delta log (not the table) keeps the measuring out of the two cores the runs need.
+
+Baseline: a bare binlog tail (python-mysql-replication, blocking) in the same run: how soon the
+marker's row event can be seen at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import PROJECT_ROOT, Result  # noqa: E402
+from bench.mysql_bench import DATABASE, PASSWORD  # noqa: E402
+
+TABLE = "fresh"
+DAGSTER = str(Path(sys.executable).with_name("dagster"))
+DAEMON = str(Path(sys.executable).with_name("dagster-daemon"))
+
+
+def silver_commits(path: Path) -> list[tuple[float, dict]]:
+    """(commit time in epoch seconds, metadata) of each silver batch merge in the Delta log."""
+    from ingest.lake.commits import decode_user_metadata
+
+    out = []
+    log_dir = path / "_delta_log"
+    if not log_dir.exists():
+        return out
+    for f in sorted(log_dir.glob("*.json")):
+        for line in f.read_text().splitlines():
+            info = json.loads(line).get("commitInfo")
+            if not info:
+                continue
+            meta = decode_user_metadata(info.get("userMetadata"))
+            if meta and meta.get("kind") == "silver" and meta.get("end"):
+                out.append((info["timestamp"] / 1000, meta))
+    return out
+
+
+def visible_at(commits: list[tuple[float, dict]], position) -> float | None:
+    from ingest.sources.mysql.positions import BinlogPosition
+
+    times = [t for t, meta in commits if BinlogPosition.from_metadata(meta["end"]) >= position]
+    return min(times) if times else None
+
+
+def tail_binlog(params, start, stop: threading.Event, seen: dict[int, float]) -> None:
+    """Note when each marker's insert arrives on a bare blocking binlog stream."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    from ingest.sources.mysql.binlog import reader_server_id
+
+    stream = BinLogStreamReader(
+        {"host": params.host, "port": params.port, "user": params.user, "passwd": params.password},
+        server_id=reader_server_id(), resume_stream=True, log_file=start.file, log_pos=start.pos,
+        blocking=True, is_mariadb=False, only_events=[WriteRowsEvent], only_tables=[TABLE])
+    try:
+        for event in stream:
+            now = time.time()
+            for row in event.rows:
+                seen.setdefault(row["values"]["id"], now)
+            if stop.is_set():
+                break
+    except Exception:  # noqa: BLE001 - the server stops under the tail at the end of the run
+        if not stop.is_set():
+            raise
+    finally:
+        stream.close()
+
+
+def freshness_bench(server, params, work: Path, seconds: float, log, every: float = 1.0,
+                    poll_seconds: int = 1) -> list[Result]:
+    import yaml
+
+    from ingest.sources.mysql.binlog import master_position
+
+    with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        cur.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, note VARCHAR(40), written_at DATETIME(6))")
+        cur.execute(f"INSERT INTO {TABLE} SELECT seq, 'seed', NOW(6) FROM seq_1_to_1000")
+    sources = work / "fresh-sources.yaml"
+    sources.write_text(yaml.safe_dump({"sources": {"bench": {
+        "kind": "mysql", "host": "127.0.0.1", "port": server.port, "user": "bench", "password_env": "BENCH_MYSQL_PASSWORD",
+        "database": DATABASE, "tables": {"include": [TABLE]},
+        "snapshot": {"chunk_size": 50_000, "parallelism": 2, "chunks_per_commit": 8},
+        "cdc": {"min_interval_seconds": poll_seconds}}}}))
+    home = work / "dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("")
+    lake = work / "fresh-lake"
+    env = {**os.environ, "DAGSTER_HOME": str(home), "INGEST_SOURCES": str(sources), "INGEST_LAKE_ROOT": str(lake),
+           "BENCH_MYSQL_PASSWORD": PASSWORD}
+    snap = subprocess.run([DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", "--select",
+                           f"bench/{TABLE}/snapshot"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    if snap.returncode != 0:
+        raise RuntimeError(f"snapshot for the freshness benchmark failed: {snap.stderr[-2000:]}")
+    from ingest.lake.tables import table_location
+
+    silver = Path(table_location(str(lake), "bench", TABLE, "silver"))
+    daemon_log = work / "daemon.log"
+    daemon = subprocess.Popen([DAEMON, "run", "-w", "workspace.yaml"], cwd=PROJECT_ROOT, env=env,
+                              stdout=open(daemon_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    stop = threading.Event()
+    seen: dict[int, float] = {}
+    try:
+        # The first batch merges the snapshot into silver: start measuring once that is done.
+        with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+            cur.execute(f"INSERT INTO {TABLE} VALUES (0, 'first batch', NOW(6))")
+        deadline = time.monotonic() + 180
+        while not silver_commits(silver):
+            if time.monotonic() > deadline or daemon.poll() is not None:
+                raise RuntimeError(f"silver never appeared; daemon log: {daemon_log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        log("silver is live; writing markers")
+        with params.connect() as conn:
+            start = master_position(conn)
+        tail = threading.Thread(target=tail_binlog, args=(params, start, stop, seen), daemon=True)
+        tail.start()
+        markers: list[tuple[int, float, object]] = []
+        with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+            marker_id, until = 1_000_000, time.monotonic() + seconds
+            while time.monotonic() < until:
+                cur.execute(f"INSERT INTO {TABLE} VALUES (%s, 'marker', NOW(6))", (marker_id,))
+                committed = time.time()
+                cur.execute("SHOW MASTER STATUS")
+                file, pos = cur.fetchone()[:2]
+                from ingest.sources.mysql.positions import BinlogPosition
+
+                markers.append((marker_id, committed, BinlogPosition(file, pos)))
+                marker_id += 1
+                time.sleep(every)
+        log(f"{len(markers)} markers written; waiting for the last to be live in silver")
+        deadline = time.monotonic() + 300
+        while visible_at(silver_commits(silver), markers[-1][2]) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the last marker never reached silver; daemon log: {daemon_log.read_text()[-3000:]}")
+            time.sleep(1)
+    finally:
+        stop.set()
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+    commits = silver_commits(silver)
+    ours = [visible_at(commits, pos) - committed for _, committed, pos in markers]
+    raw = [seen[i] - committed for i, committed, _ in markers if i in seen]
+    # The markers are in silver, not just claimed by the commit metadata.
+    from ingest.lake.spark import build_spark_session
+
+    spark = build_spark_session("local[*]", "ingest-bench")
+    ids = {r[0] for r in spark.read.format("delta").load(str(silver)).where("NOT _deleted AND id >= 1000000")
+           .select("id").collect()}
+    missing = [i for i, _, _ in markers if i not in ids]
+    assert not missing, f"markers missing from silver: {missing[:10]}"
+
+    def pct(values: list[float], q: float) -> float:
+        return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+
+    details = {"samples": len(ours), "write_every_seconds": every, "sensor_min_interval_seconds": poll_seconds,
+               "ours_seconds": [round(v, 2) for v in ours], "batches": len(commits),
+               "raw_tail_samples": len(raw)}
+    return [
+        Result("freshness_p50", statistics.median(ours), "raw_binlog_tail_p50", statistics.median(raw), "s",
+               higher_is_better=False, details=details),
+        Result("freshness_p95", pct(ours, 95), "raw_binlog_tail_p95", pct(raw, 95), "s",
+               higher_is_better=False, details={"samples": len(ours)}),
+    ]
