@@ -94,3 +94,12 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
 def live_rows(df):
     """The rows a consumer sees: tombstones dropped, bookkeeping columns kept out."""
     return df.where(f"NOT {DELETED}").drop(DELETED)
+
+
+def row_counts(df) -> dict[str, int]:
+    """Live rows and tombstones of a silver table, in one pass over it."""
+    from pyspark.sql import functions as F
+
+    counts = df.agg(F.count(F.when(~F.col(DELETED), 1)).alias("live"),
+                    F.count(F.when(F.col(DELETED), 1)).alias("dead")).first()
+    return {"rows_live": counts["live"], "tombstones": counts["dead"]}

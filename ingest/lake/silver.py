@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.lake.commits import Txn, table_version
-from ingest.lake.merge import DELETED, POS, live_rows, ordered_merge
+from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
 from ingest.lake.tables import LakeTable
 from ingest.lake.write import WriteOutcome, session_txn
 
@@ -51,10 +51,8 @@ class SilverFromSnapshot:
         )
         log(f"silver {self.source}/{self.table}: merged snapshot {meta['snapshot_id']}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
-        df = spark.read.format("delta").load(path)
         return {
-            "rows_live": live_rows(df).count(),
-            "tombstones": df.where(DELETED).count(),
+            **row_counts(spark.read.format("delta").load(path)),
             "delta_version": outcome.version,
             "committed": outcome.committed,
             "snapshot_id": meta["snapshot_id"],
@@ -102,11 +100,16 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     """
     from delta.tables import DeltaTable
 
-    truncates = [int(r[0]) for r in changes.where("_op = 'truncate'").select(POS).collect()]
+    from pyspark.sql import functions as F
+
+    # One pass over the batch's changes for both questions: any rows to merge, any TRUNCATE.
+    seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
+                       F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates")).first()
+    truncates = [int(p) for p in seen["truncates"]]
     cutoff = max([truncated_before(spark, path), *truncates])
     meta = {**meta, "truncated_before": cutoff or None}
     rows = _bronze_to_silver_rows(changes, cutoff)
-    if set(keys) <= set(rows.columns) and not rows.isEmpty():
+    if set(keys) <= set(rows.columns) and seen["rows"]:
         outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
     else:  # no change to this table here (bronze may not even have its columns yet)
         outcome = WriteOutcome(table_version(spark, path), False)
@@ -164,8 +167,7 @@ class SilverFromBatch:
                                f"silver:{self.source}.{self.table}:{batch}")
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
-        df = spark.read.format("delta").load(path)
-        return {"rows_live": live_rows(df).count(), "tombstones": df.where(DELETED).count(),
+        return {**row_counts(spark.read.format("delta").load(path)),
                 "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
                 "end": bronze_batch.metadata.get("end")}
 

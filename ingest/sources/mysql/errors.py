@@ -40,8 +40,9 @@ class SourceUnreachable(MySQLSourceError):
 TRANSIENT_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1927})
 
 
-# How a pymysql error raised in a Spark executor reads in the driver's exception text.
-_EXECUTOR_ERROR = re.compile(r"pymysql\.err\.(?:OperationalError|InterfaceError): \((\d+),")
+# How a driver error raised in a Spark executor reads in the driver's exception text
+# (PyMySQL elsewhere, mysqlclient's MySQLdb in the snapshot's chunk reader).
+_EXECUTOR_ERROR = re.compile(r"(?:pymysql\.err|MySQLdb)\.(?:OperationalError|InterfaceError): \((\d+),")
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -49,13 +50,16 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, SourceUnreachable):
         return exc.code in TRANSIENT_CODES
-    if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+    import MySQLdb
+
+    if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError,
+                        MySQLdb.OperationalError, MySQLdb.InterfaceError)):
         return bool(exc.args) and exc.args[0] in TRANSIENT_CODES
     return executor_error_code(str(exc)) in TRANSIENT_CODES
 
 
 def executor_error_code(text: str) -> int | None:
-    """The code of the pymysql error a Spark job failed with, from its message (pure)."""
+    """The code of the driver error a Spark job failed with, from its message (pure)."""
     codes = _EXECUTOR_ERROR.findall(text)
     return int(codes[-1]) if codes else None
 

@@ -6,6 +6,7 @@ for old events (it decodes with the table map of each event's own time).
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 import pymysql
@@ -46,6 +47,57 @@ class ConnectionParams:
             # TIMESTAMP values are read as UTC wall clock (DESIGN principle 5).
             cur.execute("SET time_zone = '+00:00'")
         return conn
+
+
+    def connect_streaming(self):
+        """A mysqlclient (C) connection for bulk reads: it parses rows about 3x faster than PyMySQL.
+
+        It hands back the same Python values PyMySQL does for every type of the
+        contract (types.py) but SET, which it would make a Python set: kept as
+        the server's text, as PyMySQL gives it. Errors are MySQLdb's, with the
+        same codes.
+        """
+        import MySQLdb
+        from MySQLdb.constants import FIELD_TYPE
+        from MySQLdb.converters import conversions
+
+        conv = {**conversions, FIELD_TYPE.SET: _text, FIELD_TYPE.DATETIME: _datetime, FIELD_TYPE.TIMESTAMP: _datetime,
+                FIELD_TYPE.DATE: _date}
+        try:
+            return MySQLdb.connect(
+                host=self.host, port=self.port, user=self.user, password=self.password, database=self.database,
+                connect_timeout=self.connect_timeout, charset="utf8mb4", autocommit=True, conv=conv,
+                # TIMESTAMP values are read as UTC wall clock (DESIGN principle 5).
+                init_command="SET time_zone = '+00:00'",
+            )
+        except MySQLdb.OperationalError as exc:
+            raise SourceUnreachable(
+                f"cannot connect to {self.user}@{self.host}:{self.port}/{self.database}: {exc.args[-1]}. "
+                "Fix: check that the server is up, and the host, port, user and password variable in the sources config",
+                code=exc.args[0] if exc.args else None,
+            ) from None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _datetime(value: bytes | str) -> dt.datetime | str:
+    """DATETIME/TIMESTAMP text parsed in C (MySQLdb's own parser is Python and was 40 % of a chunk's
+    read); zero and partial-zero values stay text, as PyMySQL leaves them, for the contract to null."""
+    text = _text(value)
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return text
+
+
+def _date(value: bytes | str) -> dt.date | str:
+    text = _text(value)
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return text
 
 
 def connection_params(source: MySQLSource) -> ConnectionParams:

@@ -57,12 +57,13 @@ def open_consistent_snapshot(conn) -> BinlogPosition:
 def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arrow_schema) -> Iterator[Any]:
     """Yield Arrow record batches of one chunk, each row tagged with the chunk's `_pos`."""
     import pyarrow as pa
-    import pymysql.cursors
     from decimal import Decimal
+
+    from MySQLdb.cursors import SSCursor
 
     columns = [MySQLColumn(**c) for c in spec["columns"]]
     ctypes = [column_type(c, spec["table"]) for c in columns]
-    conn = params.connect(cursorclass=pymysql.cursors.SSCursor)
+    conn = params.connect_streaming()
     try:
         position = open_consistent_snapshot(conn)
         pos_value = Decimal(position.row_pos())
@@ -70,7 +71,7 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
         # No `with` for the cursor: closing an unbuffered cursor whose connection
         # dropped raises an AttributeError that would hide the 2013 error the
         # wave retry looks for.
-        cur = conn.cursor()
+        cur = conn.cursor(SSCursor)
         cur.execute(sql, args)
         while True:
             rows = cur.fetchmany(FETCH_ROWS)

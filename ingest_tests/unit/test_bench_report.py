@@ -1,0 +1,41 @@
+"""The benchmark report: one line per benchmark in the issue's format, targets judged the right way round."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from bench.common import PeakRss, Result, tree_rss_bytes
+
+
+def test_a_line_names_ours_the_baseline_and_the_ratio_and_judges_the_target():
+    faster = Result("snapshot_1M_vs_jdbc", 150_000, "spark_jdbc_to_delta", 100_000, "rows/s", target=1.0)
+    assert faster.line() == ("snapshot_1M_vs_jdbc: ours 150,000 rows/s, baseline spark_jdbc_to_delta 100,000 rows/s, "
+                             "ratio 1.50  [target >= 1: met]")
+    slower = Result("cdc_1M_events", 7_000, "raw_read", 14_000, "row events/s", target=0.8)
+    assert slower.ratio == 0.5 and not slower.meets_target and slower.line().endswith("[target >= 0.8: NOT met]")
+
+
+def test_lower_is_better_figures_meet_a_target_by_staying_under_it():
+    flat = Result("snapshot_peak_rss_1M_rows", 1_100, "same_at_100k_rows", 1_000, "MiB", higher_is_better=False,
+                  target=1.2)
+    grows = Result("snapshot_peak_rss_1M_rows", 3_000, "same_at_100k_rows", 1_000, "MiB", higher_is_better=False,
+                   target=1.2)
+    assert flat.meets_target and flat.line().endswith("[target <= 1.2: met]")
+    assert not grows.meets_target
+    assert Result("freshness_p50", 40.5, "raw_binlog_tail_p50", 0.0012, "s").line() == (
+        "freshness_p50: ours 40.50 s, baseline raw_binlog_tail_p50 0.0012 s, ratio 33750.00")
+    assert Result("x", 1, "y", 2, "u").to_json()["meets_target"] is None
+
+
+def test_peak_rss_counts_a_child_process_that_holds_memory():
+    # The child holds about 200 MiB; the process tree's peak must include it.
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(200 * 2**20); time.sleep(1.5)"])
+    try:
+        with PeakRss(os.getpid(), interval=0.05) as rss:
+            time.sleep(1.0)
+    finally:
+        child.wait()
+    assert rss.peak - tree_rss_bytes(os.getpid()) > 150 * 2**20
