@@ -31,7 +31,7 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 # rows with one of `memory_large` rows, each in a fresh process.
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
-              "memory_large": 1_000_000, "freshness_seconds": 40, "dynamodb_items": 10_000},
+              "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
              "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000},
 }
