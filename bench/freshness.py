@@ -58,7 +58,7 @@ def visible_at(commits: list[tuple[float, dict]], position) -> float | None:
     return min(times) if times else None
 
 
-def tail_binlog(params, start, stop: threading.Event, seen: dict[int, float], streams: list) -> None:
+def tail_binlog(params, start, stop: threading.Event, seen: dict[int, float]) -> None:
     """Note when each marker's insert arrives on a bare blocking binlog stream."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
@@ -69,7 +69,6 @@ def tail_binlog(params, start, stop: threading.Event, seen: dict[int, float], st
         {"host": params.host, "port": params.port, "user": params.user, "passwd": params.password},
         server_id=reader_server_id(), resume_stream=True, log_file=start.file, log_pos=start.pos,
         blocking=True, is_mariadb=False, only_events=[WriteRowsEvent], only_tables=[TABLE])
-    streams.append(stream)
     try:
         for event in stream:
             now = time.time()
@@ -118,7 +117,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
                               stdout=open(daemon_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     stop = threading.Event()
     seen: dict[int, float] = {}
-    tails: list = []
+    tail = None
     try:
         # The first batch merges the snapshot into silver: start measuring once that is done.
         with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
@@ -131,7 +130,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
         log("silver is live; writing markers")
         with params.connect() as conn:
             start = master_position(conn)
-        tail = threading.Thread(target=tail_binlog, args=(params, start, stop, seen, tails), daemon=True)
+        tail = threading.Thread(target=tail_binlog, args=(params, start, stop, seen), daemon=True)
         tail.start()
         markers: list[tuple[int, float, object]] = []
         with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
@@ -154,8 +153,12 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
             time.sleep(1)
     finally:
         stop.set()
-        for stream in tails:
-            stream.close()
+        if tail is not None:
+            # Closing a blocking binlog stream from another thread hangs; one more row wakes the tail,
+            # which then sees `stop` and closes its own stream.
+            with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {TABLE} VALUES (-1, 'stop the tail', NOW(6))")
+            tail.join(30)
         os.killpg(daemon.pid, signal.SIGTERM)
         try:
             daemon.wait(60)
