@@ -7,7 +7,6 @@ import platform
 import socket
 import subprocess
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,9 +155,3 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def timed(fn, *args, **kwargs) -> tuple[float, Any]:
-    started = time.perf_counter()
-    value = fn(*args, **kwargs)
-    return time.perf_counter() - started, value

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PROJECT_ROOT, Result  # noqa: E402
 from bench.mysql_bench import DATABASE, PASSWORD  # noqa: E402
+from ingest.localdev.processes import stop_group  # noqa: E402
 
 TABLE = "fresh"
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
@@ -159,12 +160,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
             with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
                 cur.execute(f"INSERT INTO {TABLE} VALUES (-1, 'stop the tail', NOW(6))")
             tail.join(30)
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        stop_group(daemon, signal.SIGTERM, timeout=60)
     commits = silver_commits(silver)
     ours = [visible_at(commits, pos) - committed for _, committed, pos in markers]
     raw = [seen[i] - committed for i, committed, _ in markers if i in seen]

@@ -232,6 +232,7 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
     from ingest.lake.tables import LakeTable
     from ingest.sources.mysql.binlog import binary_logs, master_position
     from ingest.sources.mysql.cdc import plan_next_batch, read_change_batch
+    from ingest.sources.mysql.positions import BinlogPosition
 
     quiet = lambda _m: None  # noqa: E731
     started = time.perf_counter()
@@ -251,25 +252,15 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
                         ).apply(spark, str(lake / f"{table}_silver"), quiet)
         changes += len(write.records)
         batches += 1
-        last_end = BinlogEnd.of(write)
+        last_end = BinlogPosition.from_metadata(write.positions["end"])
         log(f"batch {batches} {key}: {len(write.records):,} changes, {time.perf_counter() - started:.1f} s")
     return time.perf_counter() - started, changes, batches
 
 
-class BinlogEnd:
-    @staticmethod
-    def of(write):
-        from ingest.sources.mysql.positions import BinlogPosition
-
-        return BinlogPosition.from_metadata(write.positions["end"])
-
-
 def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log) -> list[Result]:
-    from ingest.sources.mysql.snapshot import SnapshotProgress  # noqa: F401  (import cost outside the timing)
-
     table = "cdc"
     load_table(server, table, 0)
-    _, _ = our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
+    our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
     from ingest.lake.commits import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 

@@ -16,6 +16,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from ingest.localdev.processes import stop_group
+
 # moto checks no signature; any non-empty credentials will do
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -47,13 +49,8 @@ class MotoServer:
         raise TimeoutError(f"moto_server did not answer on {self.endpoint_url} within {timeout:.0f} s")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        if self.process is not None:
+            stop_group(self.process, signal.SIGTERM, timeout=10)
         self.process = None
 
     def reset(self) -> None:

@@ -2,7 +2,6 @@
 
 Killed runs: see test_kill_harness.py."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 from ingest.lake.commits import commits
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
+from ingest.localdev.processes import stop_group
 from ingest_tests.conftest import free_port
 from ingest_tests.integration.cdc_harness import dagster_env, write_sources
 
@@ -61,12 +61,7 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
         seconds = time.monotonic() - committed
         print(f"freshness: a row committed in MariaDB was live in silver after {seconds:.1f} s")
     finally:
-        os.killpg(dev.pid, signal.SIGINT)
-        try:
-            dev.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
+        stop_group(dev, signal.SIGINT, timeout=60)
 
 
 def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_position_back(
