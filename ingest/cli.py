@@ -1,6 +1,8 @@
 """The `ingest` command: operations on the project's sources and lake from a shell.
 
     ingest status [--source NAME] [--table NAME]
+    ingest backfill SOURCE [--table NAME ...] (--partitions K1,K2 | --from K1 [--to K2] | --all) [--wait]
+    ingest resnapshot SOURCE TABLE [--wait]
 
 Reads the same environment as the Dagster code location: INGEST_SOURCES (the
 sources file), INGEST_LAKE_ROOT (the lake) and INGEST_SPARK_MASTER.
@@ -41,6 +43,94 @@ def select_tables(config, source: str | None, table: str | None) -> list[tuple[s
     return out
 
 
+def select_partitions(existing: list[str], keys: list[str] | None, first: str | None, last: str | None,
+                      everything: bool, what: str) -> list[str]:
+    """The partitions a backfill covers, from a list, a range [first, last] or all; unknown keys raise
+    UsageError naming them and what exists (pure)."""
+    def known(key: str) -> str:
+        if key not in existing:
+            shown = ", ".join(existing[-5:]) if existing else "none yet"
+            raise UsageError(f"{what} has no partition {key!r}; its latest are: {shown}. Partitions are added "
+                             "by the sensor (or `dagster asset materialize`) as batches are cut")
+        return key
+
+    if everything:
+        if not existing:
+            raise UsageError(f"{what} has no partitions yet")
+        return list(existing)
+    if keys:
+        return [known(k) for k in keys]
+    if first is None:
+        raise UsageError("name the partitions: --partitions K1,K2, --from K1 [--to K2], or --all")
+    lo = existing.index(known(first))
+    hi = existing.index(known(last)) if last else len(existing) - 1
+    if hi < lo:
+        raise UsageError(f"--to {last} comes before --from {first} in {what}")
+    return existing[lo:hi + 1]
+
+
+def backfill_targets(config, source: str, tables: list[str] | None) -> tuple[list[list[str]], list[str]]:
+    """The asset keys a batch backfill runs for the selection, and the asset whose partitions it uses."""
+    from ingest.config import DynamoDBSource
+    from ingest.defs.factory import table_key
+    from ingest.lake.tables import CHANGES
+
+    selected = [t for _, _, t in select_tables(config, source, None)]
+    for t in tables or []:
+        if t not in selected:
+            raise UsageError(f"unknown table {t!r} in source {source}; it has: {', '.join(selected)}")
+    tables = tables or selected
+    if isinstance(config.sources[source], DynamoDBSource):
+        if len(tables) != 1:
+            raise UsageError(f"DynamoDB source {source}: each table has its own batches; name one with --table "
+                             f"({', '.join(selected)})")
+        changes = [table_key(source, tables[0], CHANGES)]
+    else:  # one binlog read serves every table of the source: its changes asset comes whole
+        changes = [table_key(source, t, CHANGES) for t in selected]
+    keys = changes + [table_key(source, t) for t in tables]
+    return [k.path for k in keys], changes[0].path
+
+
+def backfill(args) -> int:
+    from ingest.config import load_config
+    from ingest.webserver import BACKFILL_DONE, BACKFILL_OK, Webserver
+
+    keys, partitioned = backfill_targets(load_config(args.sources), args.source, args.table)
+    server = Webserver(args.url)
+    existing = server.partition_keys(partitioned)
+    if existing is None:
+        raise UsageError(f"the webserver at {args.url} has no asset {'/'.join(partitioned)}: is it serving "
+                         f"the same sources file ({args.sources})?")
+    partitions = select_partitions(existing, args.partitions.split(",") if args.partitions else None,
+                                   args.first, args.last, args.all, f"source {args.source}")
+    backfill_id = server.launch_backfill(keys, partitions, f"ingest backfill {args.source}")
+    print(f"backfill {backfill_id}: {len(partitions)} partitions ({partitions[0]} .. {partitions[-1]}) of "
+          f"{len(keys)} assets; see {args.url.rstrip('/')}/runs/b/{backfill_id}")
+    if not args.wait:
+        return 0
+    state = server.wait(lambda: server.backfill_status(backfill_id), BACKFILL_DONE, args.timeout)
+    print(f"backfill {backfill_id}: {state}")
+    return 0 if state in BACKFILL_OK else 1
+
+
+def resnapshot(args) -> int:
+    from ingest.config import load_config
+    from ingest.defs.factory import table_key
+    from ingest.webserver import RUN_DONE, Webserver
+
+    ((name, _, table),) = select_tables(load_config(args.sources), args.source, args.table)
+    server = Webserver(args.url)
+    # The table's snapshot alone: the other tables' batches keep running. Silver takes the new
+    # snapshot in with the table's next batch (merge, then catch-up from the new log start).
+    run_id = server.launch_run([table_key(name, table, "snapshot").path], {"ingest/resnapshot": f"{name}.{table}"})
+    print(f"run {run_id}: a new snapshot of {name}/{table}; see {args.url.rstrip('/')}/runs/{run_id}")
+    if not args.wait:
+        return 0
+    state = server.wait(lambda: server.run_status(run_id), RUN_DONE, args.timeout)
+    print(f"run {run_id}: {state}")
+    return 0 if state == "SUCCESS" else 1
+
+
 def status(args) -> int:
     from ingest.config import DynamoDBSource, load_config
     from ingest.lake.spark import build_spark_session
@@ -74,16 +164,50 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--source", help="only this source")
     st.add_argument("--table", help="only this table")
     st.set_defaults(run=status)
+
+    def webserver_args(p):
+        p.add_argument("--url", default=os.environ.get("INGEST_WEBSERVER_URL", "http://127.0.0.1:3000"),
+                       help="the Dagster webserver (default: $INGEST_WEBSERVER_URL or http://127.0.0.1:3000)")
+        p.add_argument("--wait", action="store_true", help="wait until it is done; exit 1 if it failed")
+        p.add_argument("--timeout", type=float, default=3600, help="seconds --wait waits (default 3600)")
+
+    bf = commands.add_parser(
+        "backfill", help="launch a backfill of change batches (changes and silver), as the UI does",
+        description="Launches an asset backfill of a source's change batches through the webserver's GraphQL "
+                    "API (launchPartitionBackfill), so it is listed on the UI's backfills page and the daemon "
+                    "runs it. The batches of a range run in order in one run (single-run backfill policy).")
+    bf.add_argument("source", help="the source, as named in the sources file")
+    bf.add_argument("--table", action="append", help="only this table's silver (repeatable; DynamoDB: required "
+                                                     "when the source has several tables)")
+    which = bf.add_mutually_exclusive_group()
+    which.add_argument("--partitions", help="comma-separated partition keys")
+    which.add_argument("--from", dest="first", help="first partition of a range")
+    which.add_argument("--all", action="store_true", help="every partition")
+    bf.add_argument("--to", dest="last", help="last partition of a range (default: the newest)")
+    webserver_args(bf)
+    bf.set_defaults(run=backfill)
+
+    rs = commands.add_parser(
+        "resnapshot", help="take a new snapshot of one table while the others keep syncing",
+        description="Launches a run of the table's snapshot asset through the webserver. A finished snapshot "
+                    "is never resumed, so this starts a new one; the table's next change batch merges it into "
+                    "silver and catches up on every change since its log start. The other tables' batches "
+                    "keep running meanwhile.")
+    rs.add_argument("source", help="the source, as named in the sources file")
+    rs.add_argument("table", help="the table")
+    webserver_args(rs)
+    rs.set_defaults(run=resnapshot)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
+    from ingest.webserver import WebserverError
 
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, WebserverError) as exc:
         print(f"ingest {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -227,9 +227,19 @@ Source = Annotated[
 ]
 
 
+class DbtSettings(_Model):
+    project_dir: Path = Path("dbt_project")
+    """The dbt project whose models read the silver tables (relative to the sources file's folder)."""
+    catalog_dir: Path | None = None
+    """Where the Spark catalog (a Hive metastore in embedded Derby) keeps the table names dbt registers.
+    Default: $INGEST_CATALOG_DIR, else `_catalog` in a local lake, else .local/catalog."""
+
+
 class SourcesConfig(_Model):
     sources: dict[str, Source]
     """Sources by name. The name prefixes asset keys and lake paths."""
+    dbt: DbtSettings | None = None
+    """When set, the dbt project's models load as assets downstream of the silver tables they read."""
     path: Path | None = Field(default=None, exclude=True)
     """The file this was read from (for error messages)."""
 

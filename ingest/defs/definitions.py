@@ -26,12 +26,19 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     spark = SparkResource(master=spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]"))
     lake = lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake"))
     per_source = build_source_defs(config)
+    assets = [a for defs in per_source for a in defs.assets]
+    resources = {"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark), **build_resources(config)}
+    if config.dbt is not None:
+        from ingest.defs.dbt import build_dbt_assets
+
+        dbt_models, resources["dbt"] = build_dbt_assets(config, lake, spark.master,
+                                                        [k for a in assets for k in a.keys])
+        assets.append(dbt_models)
     return Definitions(
-        assets=[a for defs in per_source for a in defs.assets],
+        assets=assets,
         asset_checks=[c for defs in per_source for c in defs.checks],
         sensors=[defs.sensor for defs in per_source],
-        resources={"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark),
-                   **build_resources(config)},
+        resources=resources,
         # One process per run: its steps share one SparkSession instead of
         # starting a JVM per step.
         executor=in_process_executor,

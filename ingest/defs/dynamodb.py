@@ -2,14 +2,14 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 from dagster import (
-    AssetExecutionContext, AssetKey, AssetsDefinition, DefaultSensorStatus, DynamicPartitionsDefinition,
+    AssetExecutionContext, AssetKey, BackfillPolicy, AssetsDefinition, DefaultSensorStatus, DynamicPartitionsDefinition,
     RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, asset, sensor,
 )
 
 from ingest.config import DynamoDBSource
 from ingest.defs.factory import latest_materialization, latest_metadata, silver_asset
 from ingest.defs.sensors import ACTIVE_STATUSES, SOURCE_TAG
-from ingest.lake.tables import CHANGES
+from ingest.lake.tables import CHANGES, InOrder
 from ingest.sources.dynamodb.cdc import StreamBatchWrite
 from ingest.sources.dynamodb.positions import StreamCheckpoint, batch_key, batch_ordinal
 from ingest.sources.dynamodb.scan import ScanSnapshotWrite
@@ -51,14 +51,17 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
     @asset(
         key=AssetKey([name, table, CHANGES]), group_name=name, kinds={"dynamodb", "delta"}, io_manager_key="lake",
         partitions_def=partitions, required_resource_keys={resource_key(name)},
+        backfill_policy=BackfillPolicy.single_run(),
         description=(f"Change log (bronze) of DynamoDB table `{table}`: batch n reads the stream from where batch "
                      "n-1 ended, shards in lineage order, and commits its end checkpoint with the rows."),
         metadata={"lake/layer": "bronze", "source": name, "table": table},
     )
-    def _changes(context: AssetExecutionContext) -> StreamBatchWrite:
+    def _changes(context: AssetExecutionContext) -> InOrder:
         settings = getattr(context.resources, resource_key(name)).settings()
-        return StreamBatchWrite(name, table, context.partition_key, settings, dict(source.attributes.get(table, {})),
-                                source.cdc.max_records, source.cdc.page_limit)
+        # Each batch starts at its predecessor's committed end: a range runs them in order.
+        return InOrder([StreamBatchWrite(name, table, batch, settings, dict(source.attributes.get(table, {})),
+                                         source.cdc.max_records, source.cdc.page_limit)
+                        for batch in sorted(context.partition_keys, key=batch_ordinal)])
 
     return _changes
 

@@ -2,17 +2,18 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 
+from dataclasses import replace
 from typing import NamedTuple
 
 from dagster import (
-    AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
+    AssetCheckExecutionContext, BackfillPolicy, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
     AssetIn, AssetKey, AssetOut, AssetsDefinition, DynamicPartitionsDefinition, Output, SensorDefinition, asset,
     asset_check, multi_asset,
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.silver import SilverFromBatch
-from ingest.lake.tables import CHANGES, LakeTable, asset_part
+from ingest.lake.tables import CHANGES, InOrder, LakeTable, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
@@ -83,6 +84,8 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                           metadata={"lake/layer": "bronze", "source": name, "table": t})
               for t in tables},
         partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        required_resource_keys={"lake"},
         group_name=name,
         description=f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables "
                     f"of source {name}; the partition key is the binlog range [start, end).",
@@ -90,7 +93,7 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
     def _changes(context: AssetExecutionContext):
         params = connection_params(source)
 
-        def read():
+        def read(batch: str):
             with params.connect() as conn:
                 existing = set(list_tables(conn, source.database))
                 keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables."
@@ -101,12 +104,19 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
                     recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
                     if recorded:
                         keys[t] = list(recorded.value)
-            return read_change_batch(params, name, context.partition_key, keys, all_tables=tables,
+            return read_change_batch(params, name, batch, keys, all_tables=tables,
                                      previous_server_id=last_server_id(context.instance, name, tables))
 
-        writes = retry_batch_read(read, name, context.partition_key, params)
+        # A partition range (one run under the single-run backfill policy) commits each batch as it
+        # reads it, so memory holds one batch; the last one goes out through the outputs.
+        *earlier, last = sorted(context.partition_keys)
+        for batch in earlier:
+            writes = retry_batch_read(lambda: read(batch), name, batch, params)
+            for table in tables:
+                context.resources.lake.write(table_key(name, table, CHANGES), writes[table], context.log.info)
+        writes = retry_batch_read(lambda: read(last), name, last, params)
         for table in tables:
-            yield Output(writes[table], output_name=asset_part(table))
+            yield Output(writes[table], output_name=asset_part(table), metadata={"batches": len(earlier) + 1})
 
     return _changes
 
@@ -141,6 +151,7 @@ def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition,
         kinds={"delta", "spark"},
         io_manager_key="lake",
         partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
         ins={"snapshot": AssetIn(key=table_key(name, table, "snapshot")),
              "changes": AssetIn(key=table_key(name, table, CHANGES))},
         description=(
@@ -150,8 +161,9 @@ def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition,
         ),
         metadata={"lake/layer": "silver", "source": name, "table": table},
     )
-    def _silver(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> SilverFromBatch:
-        return SilverFromBatch(name, table, changes, snapshot)
+    def _silver(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> InOrder:
+        return InOrder([SilverFromBatch(name, table, replace(changes, partition=batch), snapshot)
+                        for batch in sorted(context.partition_keys)])
 
     return _silver
 

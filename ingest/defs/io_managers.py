@@ -47,11 +47,16 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         if not hasattr(obj, "apply"):
             raise TypeError(f"{context.asset_key.to_user_string()}: the asset returned {type(obj).__name__}, "
                             "not a lake write; this IO manager only writes Delta tables")
-        path = self._path(context.asset_key.path)
+        context.add_output_metadata(to_dagster_metadata(self.write(context.asset_key, obj, context.log.info)))
+
+    def write(self, key, obj: LakeWrite, log) -> dict[str, Any]:
+        """Apply a write to the asset's table (retried when it loses a commit race); its metadata."""
+        path = self._path(key.path)
         spark = self.spark.session
-        meta = retry_conflicts(lambda: obj.apply(spark, path, context.log.info), context.asset_key.to_user_string())
-        context.add_output_metadata(to_dagster_metadata({**meta, "table_uri": path}))
+        return {**retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string()), "table_uri": path}
 
     def load_input(self, context: InputContext) -> LakeTable:
-        partition = context.asset_partition_key if context.has_asset_partitions else None
+        # A run over a partition range reads each partition itself (see InOrder): no single key here.
+        partition = (context.asset_partition_key
+                     if context.has_asset_partitions and len(context.asset_partition_keys) == 1 else None)
         return LakeTable(self.spark.session, self._path(context.asset_key.path), partition)

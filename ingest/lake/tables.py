@@ -89,3 +89,22 @@ class LakeWrite(Protocol):
     """
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class InOrder:
+    """Several writes to one table applied one after another: the batches of a partition range
+    run as one Dagster run (`--partition-range`, or a backfill under a single-run policy).
+
+    Reports the last write's metadata (its end position is the range's), with `batches` and
+    the rows summed over the range."""
+
+    writes: Sequence[LakeWrite]
+
+    def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        rows = 0
+        for write in self.writes:
+            meta = write.apply(spark, path, log)
+            rows += meta.get("rows", 0) if isinstance(meta.get("rows"), int) else 0
+        return {**meta, "batches": len(self.writes), **({"rows": rows} if "rows" in meta else {})}

@@ -1,0 +1,145 @@
+"""The dbt project's models as Dagster assets, downstream of the silver tables they read.
+
+dbt runs on Spark with Delta through dbt-spark's session method: `dbt build`
+is a subprocess that starts its own SparkSession with the project's jars and
+a Hive metastore in embedded Derby (see dbt_project/profiles.yml). Its
+`on-run-start` hook registers each dbt source, a silver Delta table, by name
+in that catalog. Each dbt source names its silver asset in
+`meta.dagster.asset_key`; that is what puts the models downstream of silver.
+"""
+
+# No `from __future__ import annotations`: Dagster inspects the context annotation at definition time.
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
+
+from ingest.config import ConfigError, SourcesConfig
+from ingest.lake.spark import delta_jars
+from ingest.paths import local_dir
+
+GROUP = "analytics"
+
+
+def dbt_executable() -> str:
+    """The venv's dbt: a run worker's PATH need not include the venv."""
+    return str(Path(sys.executable).parent / "dbt")
+
+
+def project_dir(config: SourcesConfig) -> Path:
+    base = config.path.parent if config.path else Path.cwd()
+    return (base / config.dbt.project_dir).resolve()
+
+
+def catalog_dir(config: SourcesConfig, lake_root: str) -> Path:
+    """Where the Derby metastore and managed tables live; a local lake keeps its own."""
+    if config.dbt.catalog_dir:
+        return config.dbt.catalog_dir
+    if os.environ.get("INGEST_CATALOG_DIR"):
+        return Path(os.environ["INGEST_CATALOG_DIR"])
+    if "://" not in lake_root:
+        return Path(lake_root) / "_catalog"
+    return local_dir() / "catalog"
+
+
+def manifest_is_stale(project: Path, manifest: Path) -> bool:
+    """True when the manifest is missing or older than any model, macro or project file."""
+    if not manifest.exists():
+        return True
+    built = manifest.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in project.rglob("*")
+               if p.suffix in (".sql", ".yml", ".yaml") and "target" not in p.relative_to(project).parts
+               and "logs" not in p.relative_to(project).parts)
+
+
+def prepare_manifest(project: Path) -> Path:
+    """`dbt parse` when the manifest is stale; a lock keeps parallel loaders from parsing at once."""
+    manifest = project / "target" / "manifest.json"
+    if not manifest_is_stale(project, manifest):
+        return manifest
+    (project / "target").mkdir(exist_ok=True)
+    with open(project / "target" / ".parse.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if manifest_is_stale(project, manifest):
+            parse = subprocess.run([dbt_executable(), "parse", "--project-dir", str(project),
+                                    "--profiles-dir", str(project)],
+                                   capture_output=True, text=True, env={**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"})
+            if parse.returncode != 0:
+                raise ConfigError(f"{project}: `dbt parse` failed, so the dbt models cannot load. Fix the project; "
+                                  f"dbt said:\n{parse.stdout[-3000:]}{parse.stderr[-2000:]}")
+    return manifest
+
+
+def silver_sources(manifest: dict) -> dict[AssetKey, str]:
+    """Each dbt source that names an asset key, by that key: `source.table` for messages."""
+    out = {}
+    for node in manifest["sources"].values():
+        key = node.get("meta", {}).get("dagster", {}).get("asset_key")
+        if key:
+            out[AssetKey(key)] = f"{node['source_name']}.{node['name']}"
+    return out
+
+
+def check_sources(manifest: dict, known: Iterable[AssetKey], config: SourcesConfig, project: Path) -> None:
+    """Every dbt source must be a silver asset of the sources file, or dbt would read a table nobody lands."""
+    known = set(known)
+    for key, name in silver_sources(manifest).items():
+        if key not in known:
+            raise ConfigError(
+                f"{project}: dbt source {name} reads the asset {key.to_user_string()}, which {config.path} does "
+                f"not define. Fix: add the table to sources.{key.path[0]} in {config.path}, or remove it from "
+                "the dbt sources")
+
+
+class Translator(DagsterDbtTranslator):
+    """dbt models in one `analytics` group, with kinds for where they run and what they write."""
+
+    def get_asset_spec(self, manifest, unique_id, project):
+        spec = super().get_asset_spec(manifest, unique_id, project)
+        if manifest_node(manifest, unique_id)["resource_type"] == "source":
+            return spec
+        return spec.replace_attributes(group_name=GROUP).merge_attributes(kinds={"spark", "delta"})
+
+
+def manifest_node(manifest, unique_id: str) -> dict:
+    return manifest["sources"][unique_id] if unique_id in manifest["sources"] else manifest["nodes"][unique_id]
+
+
+def missing_silver(lake_root: str, keys: Iterable[AssetKey]) -> list[str]:
+    """Silver tables a dbt run would read that have no Delta log yet (local lakes only)."""
+    if "://" in lake_root:
+        return []
+    return [k.to_user_string() for k in keys
+            if not (Path(lake_root).joinpath(*k.path, "silver") / "_delta_log").is_dir()]
+
+
+def build_dbt_assets(config: SourcesConfig, lake_root: str, spark_master: str,
+                     known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCliResource]:
+    project = project_dir(config)
+    manifest_path = prepare_manifest(project)
+    manifest = json.loads(manifest_path.read_text())
+    check_sources(manifest, known, config, project)
+    catalog = catalog_dir(config, lake_root)
+    upstream = list(silver_sources(manifest))
+
+    @dbt_assets(manifest=manifest_path, dagster_dbt_translator=Translator(), name="dbt_models")
+    def _dbt_models(context: AssetExecutionContext, dbt: DbtCliResource):
+        missing = missing_silver(lake_root, upstream)
+        if missing:
+            raise Failure(f"dbt reads silver tables that have no data yet: {', '.join(missing)}. Fix: materialize "
+                          "their snapshot and silver assets first (or let the sensor do it), then run dbt again")
+        catalog.mkdir(parents=True, exist_ok=True)
+        # dbt's subprocess inherits this process's environment; its profile reads these.
+        os.environ.update({"INGEST_SPARK_JARS": ",".join(delta_jars()), "INGEST_SPARK_MASTER": spark_master,
+                           "INGEST_CATALOG_DIR": str(catalog), "INGEST_LAKE_ROOT": lake_root})
+        yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()
+
+    resource = DbtCliResource(project_dir=str(project), profiles_dir=str(project), dbt_executable=dbt_executable())
+    return _dbt_models, resource
