@@ -64,6 +64,8 @@ class CdcSettings(_Model):
     """Most binlog files one change batch spans; a longer backlog becomes several batches."""
     sensor_running: bool = True
     """Whether the sensor starts switched on."""
+    max_lag_seconds: Annotated[int, Field(ge=1)] = 900
+    """The freshness check fails when the source has changes silver lacks and silver last merged longer ago."""
 
 
 class TableSelection(_Model):
@@ -153,6 +155,8 @@ class StreamSettings(_Model):
     """GetRecords `Limit` (DynamoDB allows at most 1000)."""
     sensor_running: bool = True
     """Whether the sensor starts switched on."""
+    max_lag_seconds: Annotated[int, Field(ge=1)] = 900
+    """The freshness check fails when the source has changes silver lacks and silver last merged longer ago."""
 
 
 DYNAMODB_TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{2,62}$")

@@ -131,7 +131,8 @@ def build_dbt_assets(config: SourcesConfig, lake_root: str, spark_master: str,
 
     @dbt_assets(manifest=manifest_path, dagster_dbt_translator=Translator(), name="dbt_models")
     def _dbt_models(context: AssetExecutionContext, dbt: DbtCliResource):
-        missing = missing_silver(lake_root, upstream)
+        reads = {dep for key in context.selected_asset_keys for dep in context.assets_def.asset_deps.get(key, ())}
+        missing = missing_silver(lake_root, [k for k in upstream if k in reads])
         if missing:
             raise Failure(f"dbt reads silver tables that have no data yet: {', '.join(missing)}. Fix: materialize "
                           "their snapshot and silver assets first (or let the sensor do it), then run dbt again")

@@ -223,6 +223,7 @@ def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
 
 
 def build_source_defs(config: SourcesConfig) -> list[SourceDefs]:
+    from ingest.defs.checks import batch_checks
     from ingest.defs.sensors import binlog_sensor
 
     from ingest.defs.dynamodb import build_dynamodb_defs
@@ -230,7 +231,8 @@ def build_source_defs(config: SourcesConfig) -> list[SourceDefs]:
     out = []
     for name, source in config.sources.items():
         if isinstance(source, DynamoDBSource):
-            out.append(SourceDefs(*build_dynamodb_defs(name, source), checks=[]))
+            out.append(SourceDefs(*build_dynamodb_defs(name, source),
+                                  checks=[c for t in source.tables for c in batch_checks(name, source, t)]))
             continue
         tables = resolve_tables(name, source, config)
         partitions = batches_partitions(name)
@@ -240,5 +242,6 @@ def build_source_defs(config: SourcesConfig) -> list[SourceDefs]:
                        silver_asset(name, table, partitions, f"`{source.database}.{table}`")]
         assets.append(changes_asset(name, source, tables, config, partitions))
         out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions),
-                              [reconciliation_check(name, source, t, config) for t in tables]))
+                              [c for t in tables
+                               for c in (reconciliation_check(name, source, t, config), *batch_checks(name, source, t))]))
     return out
