@@ -2,7 +2,9 @@
 
 Environment (read when definitions load, not at import of any other module):
   INGEST_SOURCES     the sources file (default: sources.yaml in the project root)
-  INGEST_LAKE_ROOT   the lake root (default: .local/lake)
+  INGEST_LAKE_ROOT   the lake root (default: .local/lake); s3://bucket/prefix for S3, with
+                     INGEST_S3_ENDPOINT_URL (optional), AWS_REGION and the AWS credential variables,
+                     and INGEST_LOCK_TABLE / INGEST_LOCK_ENDPOINT_URL for the write locks
   INGEST_SPARK_MASTER  Spark master URL (default: local[*])
 """
 
@@ -16,18 +18,26 @@ from dagster import Definitions, in_process_executor
 from ingest.config import load_config
 from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
-from ingest.defs.resources import SparkResource
+from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource
+from ingest.lake.storage import is_s3, spark_lake_root
 from ingest.paths import PROJECT_ROOT, local_dir
 
 
 def build_definitions(sources_path: str | Path | None = None, lake_root: str | None = None,
                       spark_master: str | None = None) -> Definitions:
     config = load_config(sources_path or os.environ.get("INGEST_SOURCES", PROJECT_ROOT / "sources.yaml"))
-    spark = SparkResource(master=spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]"))
-    lake = lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake"))
+    lake = spark_lake_root(lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake")))
+    master = spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]")
+    if is_s3(lake):  # S3A for Spark, and a write lock per table (see ingest/lake/locks.py)
+        spark = SparkResource(master=master, s3=lake_s3_resource())
+        io_manager = DeltaLakeIOManager(lake_root=lake, spark=spark, locks=lake_lock_resource(),
+                                        lock_table=os.environ.get("INGEST_LOCK_TABLE", "ingest_lake_locks"))
+    else:
+        spark = SparkResource(master=master)
+        io_manager = DeltaLakeIOManager(lake_root=lake, spark=spark)
     per_source = build_source_defs(config)
     assets = [a for defs in per_source for a in defs.assets]
-    resources = {"spark": spark, "lake": DeltaLakeIOManager(lake_root=lake, spark=spark), **build_resources(config)}
+    resources = {"spark": spark, "lake": io_manager, **build_resources(config)}
     if config.dbt is not None:
         from ingest.defs.dbt import build_dbt_assets
 

@@ -3,12 +3,14 @@
 # No `from __future__ import annotations`: Dagster and pydantic read these annotations at run time.
 
 import json
-from typing import Any
+import time
+from contextlib import contextmanager
+from typing import Any, Optional
 
 from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputContext, ResourceDependency
 from pydantic import Field
 
-from ingest.defs.resources import SparkResource
+from ingest.defs.resources import DynamoDBResource, SparkResource
 from ingest.lake.write import retry_conflicts
 from ingest.lake.tables import LakeTable, LakeWrite, location_for_asset_key
 
@@ -30,11 +32,34 @@ def to_dagster_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def write_figures(spark, path: str, meta: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """Numbers for every materialization: how long, rows per second, bytes this write added and the
+    table's size (Delta's own operation metrics and table detail), and lag_seconds (0 when the write
+    does not say: a snapshot is not behind anything yet)."""
+    from delta.tables import DeltaTable
+
+    from ingest.lake.commits import commits
+
+    figures: dict[str, Any] = {"seconds": round(seconds, 3), "lag_seconds": meta.get("lag_seconds", 0.0)}
+    if not DeltaTable.isDeltaTable(spark, path):
+        return figures  # the write waited (silver before its snapshot): no table yet
+    newest = commits(spark, path, limit=1)
+    metrics = newest[0].metrics if newest and meta.get("committed", True) else {}
+    rows = meta.get("rows", int(metrics.get("numOutputRows", metrics.get("numSourceRows", 0))))
+    detail = DeltaTable.forPath(spark, path).detail().select("sizeInBytes", "numFiles").first()
+    return {**figures, "rows": rows, "rows_per_second": round(rows / max(seconds, 1e-9), 1),
+            "bytes_written": int(metrics.get("numOutputBytes", metrics.get("numTargetBytesAdded", 0))),
+            "table_bytes": int(detail["sizeInBytes"]), "table_files": int(detail["numFiles"])}
+
+
 class DeltaLakeIOManager(ConfigurableIOManager):
     """Each asset is a Delta table at `<lake_root>/<source>/<table>/<layer>`."""
 
     lake_root: str = Field(description="Root of the lake: a local folder, or s3a://bucket/prefix.")
     spark: ResourceDependency[SparkResource]
+    locks: Optional[DynamoDBResource] = Field(default=None, description="S3 lakes: the DynamoDB client holding "
+                                                                        "one write lock per table (see lake/locks.py).")
+    lock_table: str = Field(default="ingest_lake_locks", description="The DynamoDB table of those locks.")
 
     def _path(self, key_path) -> str:
         return location_for_asset_key(self.lake_root, list(key_path))
@@ -50,10 +75,26 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         context.add_output_metadata(to_dagster_metadata(self.write(context.asset_key, obj, context.log.info)))
 
     def write(self, key, obj: LakeWrite, log) -> dict[str, Any]:
-        """Apply a write to the asset's table (retried when it loses a commit race); its metadata."""
+        """Apply a write to the asset's table (retried when it loses a commit race); its metadata, with
+        the figures the UI plots for every materialization (see write_figures)."""
         path = self._path(key.path)
         spark = self.spark.session
-        return {**retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string()), "table_uri": path}
+        started = time.monotonic()
+        with self._write_lock(path):
+            meta = retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string())
+        return {**meta, **write_figures(spark, path, meta, time.monotonic() - started), "table_uri": path}
+
+    @contextmanager
+    def _write_lock(self, path: str):
+        if self.locks is None:  # a local lake: Delta's commits are atomic file creations there
+            yield
+            return
+        from ingest.lake.locks import ensure_table, table_lock
+
+        client = self.locks.get_dynamodb_client()
+        ensure_table(client, self.lock_table)
+        with table_lock(client, self.lock_table, path):
+            yield
 
     def load_input(self, context: InputContext) -> LakeTable:
         # A run over a partition range reads each partition itself (see InOrder): no single key here.

@@ -2,9 +2,10 @@
 
 # No `from __future__ import annotations`: Dagster and pydantic read these annotations at run time.
 
-from typing import Any
+from typing import Any, Optional
 
 from dagster import ConfigurableResource
+from dagster_aws.s3 import S3Resource
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from pydantic import Field, PrivateAttr
 
@@ -15,6 +16,8 @@ class SparkResource(ConfigurableResource):
     master: str = Field(default="local[*]", description="Spark master URL: local[*], spark://host:7077, ...")
     app_name: str = Field(default="ingest", description="Spark application name.")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, applied last.")
+    s3: Optional[S3Resource] = Field(default=None, description="For a lake on S3: endpoint, region and "
+                                                               "credentials, given to Spark's S3A connector.")
 
     _session: Any = PrivateAttr(default=None)
 
@@ -22,8 +25,12 @@ class SparkResource(ConfigurableResource):
     def session(self):
         if self._session is None:
             from ingest.lake.spark import build_spark_session
+            from ingest.lake.storage import s3a_conf
 
-            self._session = build_spark_session(self.master, self.app_name, self.conf)
+            s3 = {} if self.s3 is None else s3a_conf(self.s3.endpoint_url, self.s3.region_name,
+                                                     self.s3.aws_access_key_id, self.s3.aws_secret_access_key,
+                                                     self.s3.aws_session_token)
+            self._session = build_spark_session(self.master, self.app_name, {**s3, **self.conf})
         return self._session
 
 
@@ -43,6 +50,37 @@ class DynamoDBResource(ResourceWithBoto3Configuration):
 
     def get_streams_client(self):
         return self.settings().streams()
+
+
+def from_env(name: str):
+    """An EnvVar for a variable that is set now (its value is read at run time), else None."""
+    import os
+
+    from dagster import EnvVar
+
+    return EnvVar(name) if os.environ.get(name) else None
+
+
+def lake_s3_resource() -> S3Resource:
+    """The lake's S3 settings, from the standard AWS variables and INGEST_S3_ENDPOINT_URL (moto, MinIO)."""
+    import os
+
+    return S3Resource(region_name=os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", "us-east-1")),
+                      endpoint_url=os.environ.get("INGEST_S3_ENDPOINT_URL"),
+                      aws_access_key_id=from_env("AWS_ACCESS_KEY_ID"),
+                      aws_secret_access_key=from_env("AWS_SECRET_ACCESS_KEY"),
+                      aws_session_token=from_env("AWS_SESSION_TOKEN"))
+
+
+def lake_lock_resource() -> "DynamoDBResource":
+    """The DynamoDB client that holds the lake's write locks (INGEST_LOCK_ENDPOINT_URL for a local one)."""
+    import os
+
+    return DynamoDBResource(region_name=os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", "us-east-1")),
+                            endpoint_url=os.environ.get("INGEST_LOCK_ENDPOINT_URL"),
+                            aws_access_key_id=from_env("AWS_ACCESS_KEY_ID"),
+                            aws_secret_access_key=from_env("AWS_SECRET_ACCESS_KEY"),
+                            aws_session_token=from_env("AWS_SESSION_TOKEN"))
 
 
 def dynamodb_resource(source) -> DynamoDBResource:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ingest.lake.commits import Txn, table_version
 from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
@@ -90,7 +91,15 @@ def truncated_before(spark, path: str) -> int:
     return int(newest.metadata["truncated_before"] or 0) if newest else 0
 
 
-def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str) -> WriteOutcome:
+class BronzeMerge(NamedTuple):
+    outcome: WriteOutcome
+    changes: int
+    """Change rows (TRUNCATEs aside) the batch held."""
+    newest_epoch: int | None
+    """When the newest of them was committed in the source (epoch seconds), for the lag."""
+
+
+def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str) -> BronzeMerge:
     """Merge bronze change rows into silver, TRUNCATEs included, safe in any order.
 
     A TRUNCATE in `changes`, or one silver applied before, turns every older
@@ -104,7 +113,9 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
 
     # One pass over the batch's changes for both questions: any rows to merge, any TRUNCATE.
     seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
-                       F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates")).first()
+                       F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates"),
+                       (F.max(F.unix_timestamp("_ts")) if "_ts" in changes.columns else F.lit(None)).alias("newest")
+                       ).first()
     truncates = [int(p) for p in seen["truncates"]]
     cutoff = max([truncated_before(spark, path), *truncates])
     meta = {**meta, "truncated_before": cutoff or None}
@@ -118,7 +129,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
             DeltaTable.forPath(spark, path).update(
                 condition=f"{POS} < {cutoff} AND NOT {DELETED}",
                 set={DELETED: "true", POS: f"CAST({cutoff} AS DECIMAL(38,0))"})
-    return outcome
+    return BronzeMerge(outcome, seen["rows"], seen["newest"])
 
 
 @dataclass(frozen=True)
@@ -163,13 +174,15 @@ class SilverFromBatch:
         # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
         meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
                 "end": bronze_batch.metadata.get("end"), "snapshot_id": snapshot_id, "caught_up": True}
-        outcome = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys, meta,
-                               f"silver:{self.source}.{self.table}:{batch}")
+        outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
+                                                meta, f"silver:{self.source}.{self.table}:{batch}")
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**row_counts(spark.read.format("delta").load(path)),
                 "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
-                "end": bronze_batch.metadata.get("end")}
+                "end": bronze_batch.metadata.get("end"), "rows": changes,
+                # from the newest change's commit in the source to now: how far behind silver is
+                **({"lag_seconds": round(time.time() - newest, 1)} if newest is not None else {})}
 
     def _catch_up(self, spark: Any, path: str, snap: dict[str, Any], keys: list[str], batch: str, log) -> None:
         """After a snapshot's first merge: every change in bronze since its log start, other

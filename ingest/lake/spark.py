@@ -72,4 +72,11 @@ def build_spark_session(
               **(conf or {})}
     for key, value in merged.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    # getOrCreate hands back a session already running in this process (a notebook, the tests) with
+    # its Hadoop settings fixed at start: S3A's settings must reach that one too.
+    hadoop = session.sparkContext._jsc.hadoopConfiguration()
+    for key, value in (conf or {}).items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key[len("spark.hadoop."):], value)
+    return session
