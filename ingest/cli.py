@@ -136,12 +136,18 @@ def status(args) -> int:
     from ingest.lake.spark import build_spark_session
     from ingest.status import format_table, source_position, table_status
 
+    from ingest.lake.storage import is_s3, s3a_conf, spark_lake_root
+
     selected = select_tables(load_config(args.sources), args.source, args.table)
-    spark = build_spark_session(os.environ.get("INGEST_SPARK_MASTER", "local[*]"), "ingest-status")
+    lake = spark_lake_root(args.lake)
+    env = os.environ.get
+    s3 = s3a_conf(env("INGEST_S3_ENDPOINT_URL"), env("AWS_REGION"), env("AWS_ACCESS_KEY_ID"),
+                  env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")) if is_s3(lake) else {}
+    spark = build_spark_session(env("INGEST_SPARK_MASTER", "local[*]"), "ingest-status", s3)
     spark.sparkContext.setLogLevel("ERROR")
     states = {name: ("n/a (DynamoDB)" if isinstance(src, DynamoDBSource) else source_position(src))
               for name, src, _ in selected}
-    rows = [table_status(spark, args.lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
+    rows = [table_status(spark, lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
             for name, src, t in selected]
     print(format_table(rows))
     return 0

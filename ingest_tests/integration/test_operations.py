@@ -219,13 +219,18 @@ def test_browser_launches_a_silver_materialization_from_the_asset_graph(shop, sp
     # The newest batch is merged already; silver's run for it now also merges the new snapshot that
     # test_resnapshot_... took, which repairs the row damaged there.
     batch = shop.batches[-1]
-    with chromium() as browser:
+    with chromium(2200, 1600) as browser:
         browser.get(f"{shop.url}/locations/ingest/asset-groups/{SOURCE}/lineage")
-        for table in TABLES:
-            browser.wait_text(table)
         browser.wait_text("snapshot")
         browser.dismiss("Skip")  # Dagster's first-visit "join the community" pop-up
+        for table in TABLES:
+            browser.wait_text(table)
         browser.save_screenshot(str(out / "asset-graph.png"))
+        # the graph draws only the nodes in view: the list names every asset of the source
+        browser.get(f"{shop.url}/locations/ingest/asset-groups/{SOURCE}/list")
+        for table in TABLES:
+            for asset in (f"{SOURCE} / {table}", f"{SOURCE} / {table} / snapshot", f"{SOURCE} / {table} / changes"):
+                browser.wait_text(asset)
 
         browser.get(f"{shop.url}/assets/{SOURCE}/customers")
         browser.button("Materialize…").click()
