@@ -42,6 +42,16 @@ class Browser:
             return None
         return self.wait_for(find, f"a button {label!r}", timeout)
 
+    def click(self, element) -> None:
+        """Click, or when an overlay of the same widget takes the click (Blueprint's pop-overs do), dispatch
+        the click on the element itself."""
+        from selenium.common.exceptions import ElementClickInterceptedException
+
+        try:
+            element.click()
+        except ElementClickInterceptedException:
+            self.driver.execute_script("arguments[0].click();", element)
+
     def dismiss(self, label: str, timeout: float = 5) -> None:
         """Click the button `label` if it shows up (a first-visit pop-up, say)."""
         try:

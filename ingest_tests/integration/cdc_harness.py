@@ -101,11 +101,11 @@ class CdcHarness:
         self.batches.append(key)
         return key
 
-    def check(self, table: str, name: str = "reconciliation"):
-        """Run one asset check of `table`'s silver asset alone; its evaluation."""
+    def check(self, table: str, name: str = "reconciliation", layer: str | None = None):
+        """Run one asset check of `table`'s silver asset (or its `layer` asset) alone; its evaluation."""
         from dagster import AssetCheckKey, AssetSelection
 
-        key = AssetCheckKey(AssetKey([self.name, table]), name)
+        key = AssetCheckKey(AssetKey([self.name, table, *([layer] if layer else [])]), name)
         result = materialize([*self.assets, *self.checks], selection=AssetSelection.checks(key),
                              instance=self.instance, resources=self.resources, raise_on_error=True)
         (evaluation,) = result.get_asset_check_evaluations()

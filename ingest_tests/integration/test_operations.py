@@ -233,13 +233,13 @@ def test_browser_launches_a_silver_materialization_from_the_asset_graph(shop, sp
                 browser.wait_text(asset)
 
         browser.get(f"{shop.url}/assets/{SOURCE}/customers")
-        browser.button("Materialize…").click()
+        browser.click(browser.button("Materialize…"))
         browser.wait_text("Partition selection")
-        browser.wait_for(lambda: [e for e in browser.find_elements("xpath", "//*[text()='Select a partition or create one']")
-                                  if e.is_displayed()], "the partition picker")[0].click()
-        browser.wait_for(lambda: [e for e in browser.find_elements("xpath", f"//span[text()='{batch}']")
-                                  if e.is_displayed()], f"partition {batch} in the picker")[0].click()
-        browser.button("Launch 1 run").click()
+        browser.click(browser.wait_for(lambda: [e for e in browser.find_elements(
+            "xpath", "//*[text()='Select a partition or create one']") if e.is_displayed()], "the partition picker")[0])
+        browser.click(browser.wait_for(lambda: [e for e in browser.find_elements(
+            "xpath", f"//span[text()='{batch}']") if e.is_displayed()], f"partition {batch} in the picker")[0])
+        browser.click(browser.button("Launch 1 run"))
 
         run_id = browser.wait_for(lambda: _newest_run(shop, batch), "the launched run")
         browser.get(f"{shop.url}/runs/{run_id}")
