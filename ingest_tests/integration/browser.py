@@ -43,14 +43,15 @@ class Browser:
         return self.wait_for(find, f"a button {label!r}", timeout)
 
     def click(self, element) -> None:
-        """Click, or when an overlay of the same widget takes the click (Blueprint's pop-overs do), dispatch
-        the click on the element itself."""
+        """Click, or when another element of the same widget lies on top (Blueprint's menus do), a real mouse
+        click at the element's place, which that widget receives as a user's click."""
         from selenium.common.exceptions import ElementClickInterceptedException
+        from selenium.webdriver.common.action_chains import ActionChains
 
         try:
             element.click()
         except ElementClickInterceptedException:
-            self.driver.execute_script("arguments[0].click();", element)
+            ActionChains(self.driver).move_to_element(element).click().perform()
 
     def dismiss(self, label: str, timeout: float = 5) -> None:
         """Click the button `label` if it shows up (a first-visit pop-up, say)."""
