@@ -101,31 +101,35 @@ def batch_checks(name: str, source, table: str) -> list[AssetChecksDefinition]:
     return checks
 
 
-def committed_end(spark, lake, name: str, table: str):
-    """The binlog position the table's changes are committed through (bronze, else the snapshot's log start)."""
+def recorded_end(spark, lake, name: str, table: str, snapshot_key: str):
+    """Where the table's changes are committed through, as recorded: the newest bronze batch's end, else
+    the snapshot's `snapshot_key` (MySQL: log_start; DynamoDB: stream_positions); None before either."""
     from ingest.defs.factory import table_key
     from ingest.lake.commits import last_commit
-    from ingest.sources.mysql.positions import BinlogPosition
 
     bronze = last_commit(spark, lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
     if bronze:
-        return BinlogPosition.from_metadata(bronze.metadata["end"])
+        return bronze.metadata["end"]
     snap = last_commit(spark, lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
-    return BinlogPosition.from_metadata(snap.metadata["log_start"]) if snap else None
+    return snap.metadata.get(snapshot_key) if snap else None
+
+
+def committed_end(spark, lake, name: str, table: str):
+    """The binlog position a MySQL table's changes are committed through."""
+    from ingest.sources.mysql.positions import BinlogPosition
+
+    recorded = recorded_end(spark, lake, name, table, "log_start")
+    return BinlogPosition.from_metadata(recorded) if recorded else None
 
 
 def source_is_ahead(name: str, source, table: str, spark, lake) -> bool:
     """Whether the source has changes past what bronze committed (unknown counts as ahead)."""
     if isinstance(source, DynamoDBSource):
-        from ingest.defs.factory import table_key
-        from ingest.lake.commits import last_commit
         from ingest.sources.dynamodb.client import client_settings
         from ingest.sources.dynamodb.positions import StreamCheckpoint
         from ingest.sources.dynamodb.streams import has_new_records
 
-        bronze = last_commit(spark, lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
-        snap = last_commit(spark, lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
-        recorded = bronze.metadata["end"] if bronze else (snap.metadata.get("stream_positions") if snap else None)
+        recorded = recorded_end(spark, lake, name, table, "stream_positions")
         if recorded is None:
             return True
         return has_new_records(client_settings(source).streams(), name, table, StreamCheckpoint.from_metadata(recorded))
@@ -134,4 +138,3 @@ def source_is_ahead(name: str, source, table: str, spark, lake) -> bool:
     end = committed_end(spark, lake, name, table)
     state = source_position(source)
     return end is None or isinstance(state, str) or state[0] > end
-

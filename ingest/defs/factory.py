@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from dagster import (
-    AssetCheckExecutionContext, BackfillPolicy, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
-    AssetIn, AssetKey, AssetOut, AssetsDefinition, DynamicPartitionsDefinition, Output, SensorDefinition, asset,
-    asset_check, multi_asset,
+    AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
+    AssetIn, AssetKey, AssetOut, AssetsDefinition, BackfillPolicy, DynamicPartitionsDefinition, Output,
+    SensorDefinition, asset, asset_check, multi_asset,
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig

@@ -106,5 +106,5 @@ class InOrder:
         rows = 0
         for write in self.writes:
             meta = write.apply(spark, path, log)
-            rows += meta.get("rows", 0) if isinstance(meta.get("rows"), int) else 0
+            rows += meta.get("rows") or 0
         return {**meta, "batches": len(self.writes), **({"rows": rows} if "rows" in meta else {})}
