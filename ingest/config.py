@@ -57,7 +57,14 @@ class SnapshotSettings(_Model):
     snapshot 1.8x slower than one wave), so the defaults commit every 1.6M rows."""
 
 
-class CdcSettings(_Model):
+class BatchRetries(_Model):
+    max_batch_attempts: Annotated[int, Field(ge=1, le=100)] = 5
+    """Runs of one change batch before the sensor stops the source and says so (it never skips a batch)."""
+    retry_backoff_seconds: Annotated[int, Field(ge=0, le=86_400)] = 10
+    """Wait before the first re-run of a failed batch; each further failure doubles it."""
+
+
+class CdcSettings(BatchRetries):
     min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
     """Least seconds between two polls of the binlog head by the sensor."""
     max_batch_files: Annotated[int, Field(ge=1, le=1000)] = 1
@@ -146,7 +153,7 @@ class ScanSettings(_Model):
     """Scan `Limit` per page; unset lets DynamoDB fill 1 MB pages."""
 
 
-class StreamSettings(_Model):
+class StreamSettings(BatchRetries):
     min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
     """Least seconds between two polls of each table's stream by the sensor."""
     max_records: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000

@@ -35,7 +35,7 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     else:
         spark = SparkResource(master=master)
         io_manager = DeltaLakeIOManager(lake_root=lake, spark=spark)
-    per_source = build_source_defs(config)
+    per_source = build_source_defs(config, lake)
     assets = [a for defs in per_source for a in defs.assets]
     resources = {"spark": spark, "lake": io_manager, **build_resources(config)}
     if config.dbt is not None:

@@ -2,21 +2,25 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 from dagster import (
-    AssetExecutionContext, AssetKey, BackfillPolicy, AssetsDefinition, DefaultSensorStatus, DynamicPartitionsDefinition,
-    RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, asset, sensor,
+    AssetChecksDefinition, AssetExecutionContext, AssetKey, BackfillPolicy, AssetsDefinition, DefaultSensorStatus,
+    DynamicPartitionsDefinition, RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult,
+    SkipReason, asset, sensor,
 )
 
 from ingest.config import DynamoDBSource
-from ingest.defs.factory import latest_materialization, latest_metadata, silver_asset
-from ingest.defs.sensors import ACTIVE_STATUSES, SOURCE_TAG
-from ingest.lake.tables import CHANGES, InOrder
+from ingest.defs.batches import (
+    LOOK_BACK, SOURCE_TAG, Action, batch_log_asset, batch_request, check_key, contiguity_check, give_up_events,
+    incomplete_batch,
+)
+from ingest.defs.factory import latest_metadata, silver_asset
+from ingest.defs.sensors import ACTIVE_STATUSES
+from ingest.lake.tables import BATCH_LOG, CHANGES, InOrder
 from ingest.sources.dynamodb.cdc import StreamBatchWrite
 from ingest.sources.dynamodb.positions import StreamCheckpoint, batch_key, batch_ordinal
 from ingest.sources.dynamodb.scan import ScanSnapshotWrite
 
 KINDS = {"dynamodb", "delta", "spark"}
 TABLE_TAG = "ingest/table"
-MAX_BATCH_ATTEMPTS = 3
 
 
 def resource_key(name: str) -> str:
@@ -66,80 +70,99 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
     return _changes
 
 
-def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, DynamicPartitionsDefinition]
-                  ) -> SensorDefinition:
+def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, DynamicPartitionsDefinition],
+                  lake_root: str) -> SensorDefinition:
     @sensor(
         name=f"{name}_stream_sensor", minimum_interval_seconds=source.cdc.min_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
-        asset_selection=[key for t in source.tables for key in (AssetKey([name, t, CHANGES]), AssetKey([name, t]))],
+        asset_selection=[key for t in source.tables for key in batch_selection(name, t)],
         description=f"Polls the stream of each table of DynamoDB source {name}; when records wait after the last "
-                    "batch's end, adds the next batch as a partition and runs it with silver.",
+                    "complete batch, adds the next batch as a partition and runs it with silver. A batch that is "
+                    "not complete (not in the table's batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
+        from ingest.lake.batchlog import logged_batches
+        from ingest.lake.tables import BATCH_LOG, table_location
         from ingest.sources.dynamodb.client import client_settings
         from ingest.sources.dynamodb.streams import has_new_records
 
         api = client_settings(source).streams()
-        requests, adds, waiting = [], [], []
+        requests, adds, waiting, events = [], [], [], []
         for table in source.tables:
-            if context.instance.get_run_records(
-                    RunsFilter(statuses=ACTIVE_STATUSES, tags={SOURCE_TAG: name, TABLE_TAG: table}), limit=1):
+            tags = {SOURCE_TAG: name, TABLE_TAG: table}
+            if context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1):
                 waiting.append(f"{table}: a batch run is still going")
                 continue
-            existing = context.instance.get_dynamic_partitions(partitions[table].name)
-            last_key = max(existing, default=None, key=batch_ordinal)
-            changes = latest_metadata(context.instance, AssetKey([name, table, CHANGES]))
-            snapshot = latest_metadata(context.instance, AssetKey([name, table, "snapshot"]))
-            if last_key is None:
+            logged = max((e for _, e in zip(range(LOOK_BACK), logged_batches(
+                table_location(lake_root, name, table, BATCH_LOG)))), key=lambda e: batch_ordinal(e.batch),
+                default=None)
+            done = batch_ordinal(logged.batch) if logged else 0
+            # the first created batch after the newest complete one: it runs again before anything later
+            pending = sorted((k for k in context.instance.get_dynamic_partitions(partitions[table].name)
+                              if batch_ordinal(k) > done), key=batch_ordinal)
+            if pending:
+                batch = pending[0]
+                decision = incomplete_batch(
+                    context.instance, tags, f"{name} (table {table})", batch, source.cdc,
+                    f"ingest backfill {name} --table {table} --partitions {batch} --wait")
+                if decision.action == Action.RUN:
+                    requests.append(_batch_request(context.instance, name, table, batch, decision.attempt))
+                    continue
+                if decision.action == Action.GIVE_UP:
+                    events += give_up_events(context.instance, decision, tags, batch, batch_log_key(name, table))
+                waiting.append(f"{table}: {decision.message}")
+                continue
+            if logged is None:
+                snapshot = latest_metadata(context.instance, AssetKey([name, table, "snapshot"]))
                 if "stream_positions" not in snapshot:
                     waiting.append(f"{table}: waiting for its snapshot (materialize {name}/{table}/snapshot)")
                     continue
                 start = StreamCheckpoint.from_metadata(snapshot["stream_positions"].value)
             else:
-                ended = changes.get("end")
-                done_key = _batch_of(context.instance, name, table)
-                if ended is None or done_key != last_key:
-                    # the last batch's run failed: retry it a few times, then leave it to a person
-                    tried = context.instance.get_runs_count(RunsFilter(tags={
-                        SOURCE_TAG: name, TABLE_TAG: table, "dagster/partition": last_key}))
-                    if tried >= MAX_BATCH_ATTEMPTS:
-                        waiting.append(f"{table}: batch {last_key} failed {tried} times; see its runs, fix the cause "
-                                       f"and re-run {name}/{table}/changes for partition {last_key}")
-                        continue
-                    requests.append(_batch_request(name, table, last_key, f"{table}:{last_key}:retry{tried}"))
-                    continue
-                start = StreamCheckpoint.from_metadata(ended.value)
+                start = StreamCheckpoint.from_metadata(logged.end)
             if not has_new_records(api, name, table, start):
                 waiting.append(f"{table}: nothing new on the stream")
                 continue
-            key = batch_key(batch_ordinal(last_key) + 1 if last_key else 1)
+            key = batch_key(done + 1)
             adds.append(partitions[table].build_add_request([key]))
-            requests.append(_batch_request(name, table, key, f"{table}:{key}"))
+            requests.append(_batch_request(context.instance, name, table, key))
         if not requests:
-            return SkipReason("; ".join(waiting) or "no tables")
-        return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
+            return SensorResult(skip_reason=SkipReason("; ".join(waiting) or "no tables"), asset_events=events)
+        return SensorResult(run_requests=requests, dynamic_partitions_requests=adds, asset_events=events)
 
     return _sensor
 
 
-def _batch_request(name: str, table: str, key: str, run_key: str) -> RunRequest:
-    return RunRequest(run_key=run_key, partition_key=key, tags={SOURCE_TAG: name, TABLE_TAG: table},
-                      asset_selection=[AssetKey([name, table, CHANGES]), AssetKey([name, table])])
+def batch_log_key(name: str, table: str) -> AssetKey:
+    return AssetKey([name, table, BATCH_LOG])
 
 
-def _batch_of(instance, name: str, table: str) -> str | None:
-    """The partition of the table's newest changes materialization."""
-    record = latest_materialization(instance, AssetKey([name, table, CHANGES]))
-    return record.partition_key if record else None
+def batch_selection(name: str, table: str) -> list[AssetKey]:
+    """What a batch run of one table materializes: bronze, silver, then the batch log."""
+    return [AssetKey([name, table, CHANGES]), AssetKey([name, table]), batch_log_key(name, table)]
 
 
-def build_dynamodb_defs(name: str, source: DynamoDBSource) -> tuple[list[AssetsDefinition], SensorDefinition]:
+def _batch_request(instance, name: str, table: str, key: str, attempt: int = 1) -> RunRequest:
+    return batch_request(instance, key, f"{table}:", {SOURCE_TAG: name, TABLE_TAG: table},
+                         batch_selection(name, table), [check_key(batch_log_key(name, table))], attempt)
+
+
+def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
+                        ) -> tuple[list[AssetsDefinition], SensorDefinition, list[AssetChecksDefinition]]:
     partitions = {t: stream_partitions(name, t) for t in source.tables}
     assets: list[AssetsDefinition] = []
+    checks: list[AssetChecksDefinition] = []
     for table in source.tables:
         assets += [
             snapshot_asset(name, source, table),
             changes_asset(name, source, table, partitions[table]),
             silver_asset(name, table, partitions[table], f"DynamoDB table `{table}`"),
+            batch_log_asset(batch_log_key(name, table), name, table, [table], partitions[table], _table_key,
+                            batch_ordinal, name),
         ]
-    return assets, stream_sensor(name, source, partitions)
+        checks.append(contiguity_check(batch_log_key(name, table), name, lambda a, b: None, batch_ordinal))
+    return assets, stream_sensor(name, source, partitions, lake_root), checks
+
+
+def _table_key(name: str, table: str, layer: str | None = None) -> AssetKey:
+    return AssetKey([name, table, *([layer] if layer else [])])

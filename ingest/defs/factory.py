@@ -13,7 +13,7 @@ from dagster import (
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.silver import SilverFromBatch
-from ingest.lake.tables import CHANGES, InOrder, LakeTable, asset_part
+from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
@@ -222,26 +222,52 @@ def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
     return [a for defs in build_source_defs(config) for a in defs.assets]
 
 
-def build_source_defs(config: SourcesConfig) -> list[SourceDefs]:
+def default_lake_root() -> str:
+    """INGEST_LAKE_ROOT as Spark opens it (default: .local/lake), read when definitions load."""
+    import os
+
+    from ingest.lake.storage import spark_lake_root
+    from ingest.paths import local_dir
+
+    return spark_lake_root(os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake")))
+
+
+def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> list[SourceDefs]:
+    """Per source its assets, sensor and checks; `lake_root` is where the sensors read batch logs."""
+    from ingest.defs.batches import batch_log_asset, contiguity_check
     from ingest.defs.checks import batch_checks
+    from ingest.defs.dynamodb import build_dynamodb_defs
     from ingest.defs.sensors import binlog_sensor
 
-    from ingest.defs.dynamodb import build_dynamodb_defs
-
+    lake_root = lake_root or default_lake_root()
     out = []
     for name, source in config.sources.items():
         if isinstance(source, DynamoDBSource):
-            out.append(SourceDefs(*build_dynamodb_defs(name, source),
-                                  checks=[c for t in source.tables for c in batch_checks(name, source, t)]))
+            assets, sensor, log_checks = build_dynamodb_defs(name, source, lake_root)
+            out.append(SourceDefs(assets, sensor,
+                                  [*log_checks, *(c for t in source.tables for c in batch_checks(name, source, t))]))
             continue
         tables = resolve_tables(name, source, config)
+        if SOURCE_BATCH_LOG in map(asset_part, tables):
+            raise ConfigError(f"{config.path}: sources.{name}.tables: a table named {SOURCE_BATCH_LOG!r} would share "
+                              "its asset key and lake folder with the source's batch log. Fix: exclude it")
         partitions = batches_partitions(name)
         assets: list[AssetsDefinition] = []
         for table in tables:
             assets += [snapshot_asset(name, source, table, config),
                        silver_asset(name, table, partitions, f"`{source.database}.{table}`")]
         assets.append(changes_asset(name, source, tables, config, partitions))
-        out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions),
-                              [c for t in tables
-                               for c in (reconciliation_check(name, source, t, config), *batch_checks(name, source, t))]))
+        log_key = AssetKey([name, SOURCE_BATCH_LOG])
+        assets.append(batch_log_asset(log_key, name, None, tables, partitions, table_key, str, name))
+        out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions, lake_root),
+                              [contiguity_check(log_key, name, _compare_binlog_metadata, str),
+                               *(c for t in tables
+                                 for c in (reconciliation_check(name, source, t, config), *batch_checks(name, source, t)))]))
     return out
+
+
+def _compare_binlog_metadata(a: dict, b: dict) -> int:
+    from ingest.sources.mysql.positions import BinlogPosition
+
+    a, b = BinlogPosition.from_metadata(a), BinlogPosition.from_metadata(b)
+    return (a > b) - (a < b)

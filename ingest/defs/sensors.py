@@ -8,13 +8,15 @@ from dagster import (
 )
 
 from ingest.config import MySQLSource
+from ingest.defs.batches import (
+    LOOK_BACK, SOURCE_TAG, Action, batch_request, check_key, give_up_events, incomplete_batch,
+)
 from ingest.defs.factory import table_key
-from ingest.lake.tables import CHANGES
+from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import connection_params
 
-SOURCE_TAG = "ingest/source"
 ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
@@ -26,12 +28,25 @@ def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
     return BinlogPosition.from_metadata(recorded.value) if recorded is not None else None
 
 
+def committed_end(log_path: str) -> BinlogPosition | None:
+    """Where the source's complete batches end: the newest end in its batch log (None before the first).
+
+    Read from the Delta log, never from the partitions Dagster holds: a partition whose run
+    failed was created but its changes may not be in silver."""
+    from ingest.lake.batchlog import logged_batches
+
+    ends = [BinlogPosition.from_metadata(e.end) for _, e in zip(range(LOOK_BACK), logged_batches(log_path))]
+    return max(ends, default=None)
+
+
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
-                  partitions: DynamicPartitionsDefinition) -> SensorDefinition:
-    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables]]
-    selection = AssetSelection.assets(*[table_key(name, t, CHANGES) for t in tables],
-                                      *[table_key(name, t) for t in tables],
-                                      *[table_key(name, t, "snapshot") for t in tables])
+                  partitions: DynamicPartitionsDefinition, lake_root: str) -> SensorDefinition:
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    log_path = source_batch_log_location(lake_root, name)
+    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables], log_key]
+    selection = AssetSelection.assets(*batch_assets, *[table_key(name, t, "snapshot") for t in tables])
+    tags = {SOURCE_TAG: name}
+    retry_command = f"ingest backfill {name} --partitions <batch> --wait"
 
     @sensor(
         name=f"{name}_binlog_sensor",
@@ -39,17 +54,16 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
         asset_selection=selection,
         description=f"Polls SHOW MASTER STATUS on {source.host}:{source.port}; when the head moved, adds the next "
-                    f"change batch of source {name} as a partition and runs it.",
+                    f"change batch of source {name} as a partition and runs it. A batch that is not complete "
+                    "(not in the batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
-        active = context.instance.get_run_records(
-            RunsFilter(statuses=ACTIVE_STATUSES, tags={SOURCE_TAG: name}), limit=1)
+        active = context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
         if active:
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
                               "the next batch will cover everything since its end")
         state = source_state(connection_params(source), name)
-        existing = context.instance.get_dynamic_partitions(partitions.name)
-        last_end = max((BatchRange.from_key(k, state.head.basename).end for k in existing), default=None)
+        last_end = committed_end(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
         starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
                   for t in tables if t in state.tables}
@@ -62,6 +76,22 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                                   f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start "
                                   "from the earliest snapshot position")
             first_start = min(starts.values())
+        start = last_end or first_start
+        # A batch created for this start and not logged as complete (its run failed, was canceled, or
+        # never ran) runs again before anything later: skipping it would lose its changes in silver.
+        pending = sorted(k for k in context.instance.get_dynamic_partitions(partitions.name)
+                         if BatchRange.from_key(k, state.head.basename).start == start)
+        if pending:
+            batch = pending[0]
+            decision = incomplete_batch(context.instance, tags, name, batch, source.cdc,
+                                        retry_command.replace("<batch>", batch))
+            if decision.action == Action.RUN:
+                context.log.info(decision.message)
+                return SensorResult(run_requests=[batch_request(context.instance, batch, "", tags, batch_assets,
+                                                                [check_key(log_key)], decision.attempt)])
+            events = give_up_events(context.instance, decision, tags, batch, log_key) \
+                if decision.action == Action.GIVE_UP else []
+            return SensorResult(skip_reason=SkipReason(decision.message), asset_events=events)
         requests = []
         if last_end is not None and unsnapshotted:
             # an included table created after CDC started: snapshot it; its silver catches up from bronze
@@ -75,9 +105,9 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         if plan.batch is not None:
             key = plan.batch.key
             context.update_cursor(key)
-            # asset_check_keys=[]: reconciliation reads the whole source table, too much for every batch
-            requests.append(RunRequest(run_key=key, partition_key=key, tags={SOURCE_TAG: name},
-                                       asset_selection=batch_assets, asset_check_keys=[]))
+            # reconciliation reads the whole source table, too much for every batch; the batch log's
+            # contiguity check reads only a Delta log
+            requests.append(batch_request(context.instance, key, "", tags, batch_assets, [check_key(log_key)]))
             adds.append(partitions.build_add_request([key]))
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 

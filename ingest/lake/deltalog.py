@@ -1,0 +1,165 @@
+"""Reading our commits straight from a Delta table's `_delta_log`, without Spark.
+
+The sensors decide where the next change batch starts from what the lake has
+committed (DESIGN principle 1), every few seconds, in the daemon's process:
+starting a JVM there for `DESCRIBE HISTORY` would cost seconds and hundreds of
+MiB. A commit's `commitInfo` (with our `userMetadata`) is a line of its
+`_delta_log/<version>.json` file, which Delta keeps for the log retention
+(30 days by default) even after a checkpoint: the newest commits, the ones
+asked about, are always there as JSON.
+
+Local folders and S3 (`s3://` or `s3a://`, through boto3 with the lake's S3
+settings from the environment) are read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ingest.lake.commits import CommitInfo, decode_user_metadata
+
+LOG_DIR = "_delta_log"
+
+
+def version_file(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+class LogStore(Protocol):
+    def read(self, name: str) -> bytes | None:
+        """A file of the log folder, None when it does not exist."""
+
+    def newest_version(self) -> int | None:
+        """The newest commit version, None when the table has no log."""
+
+
+@dataclass(frozen=True)
+class LocalLogStore:
+    folder: str
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            with open(os.path.join(self.folder, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def newest_version(self) -> int | None:
+        # From the last checkpoint on, probe files one by one instead of listing a folder that
+        # holds a file per commit for the whole log retention.
+        start = _checkpoint_version(self.read("_last_checkpoint"))
+        if start is None:
+            if not os.path.isdir(self.folder):
+                return None
+            found = [int(n[:20]) for n in os.listdir(self.folder) if n.endswith(".json") and n[:20].isdigit()]
+            if not found:
+                return None
+            start = max(found)
+        version = start
+        while os.path.exists(os.path.join(self.folder, version_file(version + 1))):
+            version += 1
+        return version if os.path.exists(os.path.join(self.folder, version_file(version))) else None
+
+
+@dataclass(frozen=True)
+class S3LogStore:
+    bucket: str
+    prefix: str
+    """`<table key>/_delta_log/`"""
+    client: Any
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            return None
+
+    def newest_version(self) -> int | None:
+        start = _checkpoint_version(self.read("_last_checkpoint"))
+        # listed from the last checkpoint on: the folder holds a file per commit for the log retention
+        after = {"StartAfter": self.prefix + f"{start:020d}"} if start is not None else {}
+        newest = None
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix, **after):
+            for item in page.get("Contents", []):
+                name = item["Key"][len(self.prefix):]
+                if name.endswith(".json") and name[:20].isdigit():
+                    newest = max(newest or 0, int(name[:20]))
+        return newest if newest is not None else start
+
+
+def _checkpoint_version(data: bytes | None) -> int | None:
+    if not data:
+        return None
+    try:
+        return int(json.loads(data)["version"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def s3_client():
+    """boto3's S3 client with the lake's settings (INGEST_S3_ENDPOINT_URL, AWS_REGION, the AWS variables)."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=os.environ.get("INGEST_S3_ENDPOINT_URL") or None,
+                        region_name=os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", "us-east-1")))
+
+
+def log_store(table_path: str, client: Any = None) -> LogStore:
+    """The `_delta_log` of the table at `table_path` (a folder, `s3://` or `s3a://`)."""
+    for scheme in ("s3://", "s3a://"):
+        if table_path.startswith(scheme):
+            bucket, _, key = table_path[len(scheme):].partition("/")
+            return S3LogStore(bucket, f"{key.rstrip('/')}/{LOG_DIR}/", client or s3_client())
+    if "://" in table_path and not table_path.startswith("file://"):
+        raise ValueError(f"cannot read the Delta log of {table_path!r}: only local folders and S3 are supported")
+    return LocalLogStore(os.path.join(table_path.removeprefix("file://"), LOG_DIR))
+
+
+def parse_commit(version: int, data: bytes) -> CommitInfo | None:
+    """Our commit in one `<version>.json` (None: somebody else's, e.g. OPTIMIZE, or no commitInfo)."""
+    import datetime as dt
+
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        info = action.get("commitInfo")
+        if info is None:
+            continue
+        meta = decode_user_metadata(info.get("userMetadata"))
+        if meta is None:
+            return None
+        stamp = info.get("timestamp")
+        # Delta's DESCRIBE HISTORY gives local naive times; so does this, for the same comparisons.
+        when = dt.datetime.fromtimestamp(stamp / 1000) if stamp is not None else None
+        return CommitInfo(version, info.get("operation", ""), meta,
+                          {k: str(v) for k, v in (info.get("operationMetrics") or {}).items()}, when)
+    return None
+
+
+def our_commits(table_path: str, client: Any = None) -> Iterator[CommitInfo]:
+    """Our commits on the table, newest first, read lazily (nothing when there is no table)."""
+    store = log_store(table_path, client)
+    newest = store.newest_version()
+    if newest is None:
+        return
+    for version in range(newest, -1, -1):
+        data = store.read(version_file(version))
+        if data is None:
+            return  # older JSON files are past the log retention
+        info = parse_commit(version, data)
+        if info is not None:
+            yield info
+
+
+def newest_commit(table_path: str, client: Any = None, **match: Any) -> CommitInfo | None:
+    """The newest of our commits whose metadata has all of `match` (None when there is none)."""
+    for info in our_commits(table_path, client):
+        if all(info.metadata.get(k) == v for k, v in match.items()):
+            return info
+    return None
