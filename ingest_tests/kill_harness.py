@@ -83,12 +83,13 @@ class Trial:
 class Report:
     seed: int
     trials: list[Trial] = field(default_factory=list)
+    phases: tuple[str, ...] = PHASES
 
     def summary(self) -> str:
         by_phase = Counter(t.phase for t in self.trials if t.killed)
         lines = [f"kill harness, seed {self.seed}: {len(self.trials)} trials, "
                  f"{sum(t.killed for t in self.trials)} killed mid-step "
-                 f"({', '.join(f'{p} {by_phase[p]}' for p in PHASES)}), "
+                 f"({', '.join(f'{p} {by_phase[p]}' for p in self.phases)}), "
                  f"{sum(t.commit_without_event for t in self.trials)} with a Delta commit and no Dagster event, "
                  f"{sum(t.resumed for t in self.trials)} snapshots resumed from their last committed wave",
                  f"rows lost {sum(t.lost for t in self.trials)}, duplicated {sum(t.duplicated for t in self.trials)}, "
@@ -100,13 +101,14 @@ class Report:
 class KillHarness:
     """One synced table, its Dagster instance and lake under `workdir`, and the trials run on it."""
 
-    def __init__(self, spark, root_conn, port: int, database: str, workdir: Path, seed: int):
+    def __init__(self, spark, root_conn, port: int, database: str, workdir: Path, seed: int, **source_settings):
         from ingest_tests.integration.cdc_harness import dagster_env, write_sources
 
         self.spark, self.root, self.rng, self.seed = spark, root_conn, random.Random(seed), seed
         self.workdir = workdir
         self.sources = write_sources(workdir, port, database, [TABLE],
-                                     snapshot={"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1})
+                                     snapshot={"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1},
+                                     **source_settings)
         self.env = dagster_env(workdir, self.sources)
         self.lake = workdir / "lake"
         self.next_id = ROWS + 1
@@ -277,11 +279,187 @@ class KillHarness:
         trial.wrong = sum(1 for r in rows if r[0] in source and source[r[0]] != r)
 
 
+# ---------------------------------------------------------------- recovery by the sensor alone
+
+SENSOR_POINTS = ("before_write", "mid_bronze", "after_bronze", "mid_silver", "cancel")
+
+
+@dataclass
+class SensorTrial(Trial):
+    run_id: str = ""
+    recovered_by: str = ""
+    """The run that completed the killed run's batch (launched by the sensor)."""
+
+
+class SensorRecoveryHarness(KillHarness):
+    """Trials where a batch run that the daemon's sensor launched is killed (SIGKILL of its run worker
+    and the worker's JVM) or stuck (SIGSTOP) and canceled, as a user unblocking the sensor would, and
+    nothing but `dagster-daemon` with the sensor recovers: no re-run by the harness. Each trial ends when
+    the batch log covers the binlog head, then compares silver with the source row by row.
+
+    Kill points: before_write (the run started, nothing written yet), mid_bronze (during the bronze
+    append), after_bronze (right after bronze committed, before silver), mid_silver (during the silver
+    step), cancel (stopped at a random point, then marked canceled)."""
+
+    def __init__(self, *args):
+        super().__init__(*args, cdc={"min_interval_seconds": 1, "retry_backoff_seconds": 2})
+        (Path(self.env["DAGSTER_HOME"]) / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+
+    def __enter__(self) -> SensorRecoveryHarness:
+        super().__enter__()
+        log = open(self.workdir / "daemon.log", "w")
+        self.daemon = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from ingest.localdev.processes import stop_group
+
+        stop_group(self.daemon, signal.SIGTERM, timeout=30)
+        super().__exit__(*exc)
+
+    def run(self, trials: int, log=print) -> Report:
+        report = Report(self.seed, phases=SENSOR_POINTS)
+        for number in range(1, trials + 1):
+            trial = self.sensor_trial(number, SENSOR_POINTS[(number - 1) % len(SENSOR_POINTS)])
+            report.trials.append(trial)
+            log(trial.line())
+        return report
+
+    def sensor_trial(self, number: int, point: str) -> SensorTrial:
+        started = time.monotonic()
+        trial = SensorTrial(number, point)
+        seen = {r.dagster_run.run_id for r in self._runs()}
+        self.write_workload()
+        head = self._head()
+        run_id = self._wait(lambda: next((r.dagster_run.run_id for r in self._runs()
+                                          if r.dagster_run.run_id not in seen), None), 180, "the sensor's next run")
+        trial.run_id = run_id
+        marker, delay = self._sensor_kill_point(point)
+        trial.point = f"{point} +{delay:.2f}s"
+        trial.killed = self._kill_when(run_id, marker, delay, cancel=point == "cancel")
+        self._wait(lambda: self._converged(head), 600, "the sensor to bring the batch log to the binlog head")
+        trial.recovered_by = next((r.dagster_run.run_id for r in self._runs()
+                                   if r.dagster_run.run_id != run_id and r.dagster_run.status.value == "SUCCESS"
+                                   and r.dagster_run.tags.get("dagster/partition")
+                                   == self._run(run_id).tags.get("dagster/partition")), "")
+        self._compare(trial)
+        trial.seconds = time.monotonic() - started
+        return trial
+
+    def _sensor_kill_point(self, point: str) -> tuple[re.Pattern | None, float]:
+        if point == "before_write":
+            return None, 0.0  # as soon as the run's process started
+        if point == "mid_bronze":
+            return re.compile(rf"bronze src/{TABLE} batch \S+: appending"), self.rng.uniform(0, 1.5)
+        if point == "after_bronze":
+            return re.compile(rf"bronze src/{TABLE} batch \S+: committed"), 0.0
+        if point == "mid_silver":
+            return re.compile(rf'Started execution of step "src__{TABLE}"'), self.rng.uniform(0, 2.0)
+        return None, self.rng.uniform(0, 15.0)
+
+    def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool) -> bool:
+        """Wait for the marker in the run's event log, then SIGKILL (or SIGSTOP and cancel) its worker."""
+        pid = self._wait(lambda: self._worker_pid(run_id), 120, f"run {run_id}'s process")
+        deadline = time.monotonic() + 300
+        while marker is not None and not any(marker.search(m) for m in self._messages(run_id)):
+            if self._run(run_id).is_finished or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        time.sleep(delay)
+        if self._run(run_id).is_finished:
+            return False
+        family = _descendants(pid)
+        if cancel:  # stuck: it stops answering; a user force-terminates it in the UI (marked canceled)
+            for p in family:
+                _signal(p, signal.SIGSTOP)
+            self.h.instance.report_run_canceled(self._run(run_id), "canceled by the kill harness (a stuck run)")
+        for p in family:  # the stuck process never comes back; a killed one is what the OOM killer leaves
+            _signal(p, signal.SIGKILL)
+        return True
+
+    def _converged(self, head) -> bool:
+        from ingest.defs.sensors import committed_end
+        from ingest.lake.tables import source_batch_log_location
+
+        if any(not r.dagster_run.is_finished for r in self._runs()):
+            return False
+        end = committed_end(source_batch_log_location(str(self.lake), "src"))
+        return end is not None and end >= head
+
+    # ---- the instance and the source
+
+    def _runs(self):
+        from dagster import RunsFilter
+
+        return self.h.instance.get_run_records(RunsFilter(tags={"ingest/source": "src"}))
+
+    def _run(self, run_id: str):
+        return self.h.instance.get_run_by_id(run_id)
+
+    def _messages(self, run_id: str) -> list[str]:
+        return [r.user_message or "" for r in self.h.instance.all_logs(run_id)]
+
+    def _worker_pid(self, run_id: str) -> int | None:
+        for message in self._messages(run_id):
+            found = re.search(r"Started process for run \(pid: (\d+)\)", message)
+            if found:
+                return int(found.group(1))
+        return None
+
+    def _head(self):
+        from ingest.sources.mysql.positions import BinlogPosition
+
+        with self.root.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        return BinlogPosition(file, int(pos))
+
+    @staticmethod
+    def _wait(probe, seconds: float, what: str):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            found = probe()
+            if found:
+                return found
+            time.sleep(0.2)
+        raise TimeoutError(f"kill harness: waited {seconds:.0f} s for {what}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it (the run worker and the Spark JVM it started), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += children.get(p, [])
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ingest_tests.kill_harness", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--sensor", action="store_true",
+                        help="kill or cancel runs the daemon's sensor launched; only the sensor recovers")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10 ** 6)
 
@@ -303,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
             (work / "run").mkdir()
             with server.connect(database="killh") as root, \
-                    KillHarness(spark, root, server.port, "killh", work / "run", seed) as harness:
+                    (SensorRecoveryHarness if args.sensor else KillHarness)(
+                        spark, root, server.port, "killh", work / "run", seed) as harness:
                 report = harness.run(args.trials)
             print(report.summary())
             spark.stop()

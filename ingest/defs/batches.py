@@ -85,10 +85,11 @@ def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], 
     return BatchLogWrite(source, scope, batch, positions["start"], positions["end"], changed)
 
 
-def contiguity_check(key: AssetKey, source: str, compare: Callable[[Any, Any], int | None],
+def contiguity_check(key: AssetKey, decode: Callable[[Any], Any], compare: Callable[[Any, Any], int | None],
                      order: Callable[[str], Any]) -> AssetChecksDefinition:
     """Logged batches follow each other with no gap; cheap (the batch log's Delta log only), so every
-    sensor batch runs it."""
+    sensor batch runs it. `decode` turns a logged position into one `compare` orders (or None: only
+    equality, DynamoDB checkpoints)."""
 
     @asset_check(asset=key, name=CONTIGUITY, required_resource_keys={"lake"},
                  description="Every complete batch (in the batch log) starts where the one before it ended: no "
@@ -103,7 +104,8 @@ def contiguity_check(key: AssetKey, source: str, compare: Callable[[Any, Any], i
             entries.setdefault(entry.batch, entry)
             if n + 1 >= LOOK_BACK:
                 break
-        batches = [CommittedBatch(e.batch, e.start, e.end) for e in sorted(entries.values(), key=lambda e: order(e.batch))]
+        batches = [CommittedBatch(e.batch, decode(e.start), decode(e.end))
+                   for e in sorted(entries.values(), key=lambda e: order(e.batch))]
         return _result(contiguity(batches, compare, None))
 
     return _contiguity

@@ -24,7 +24,7 @@ def _result(verdict: Verdict) -> AssetCheckResult:
                             metadata=to_dagster_metadata(verdict.metadata))
 
 
-def _compare_binlog(a, b):
+def compare_binlog(a, b):
     return (a > b) - (a < b)
 
 
@@ -62,7 +62,7 @@ def batch_checks(name: str, source, table: str) -> list[AssetChecksDefinition]:
         batches = committed_batches(spark, lake.path_for(changes), mysql)
         snap = last_commit(spark, lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
         log_start = BinlogPosition.from_metadata(snap.metadata["log_start"]) if mysql and snap else None
-        return _result(contiguity(batches, _compare_binlog if mysql else lambda a, b: None, log_start))
+        return _result(contiguity(batches, compare_binlog if mysql else lambda a, b: None, log_start))
 
     @asset_check(asset=silver, name="freshness", required_resource_keys={"lake"},
                  description=f"Fails when the source has changes silver lacks and silver last merged more than "

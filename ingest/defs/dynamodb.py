@@ -160,7 +160,8 @@ def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
             batch_log_asset(batch_log_key(name, table), name, table, [table], partitions[table], _table_key,
                             batch_ordinal, name),
         ]
-        checks.append(contiguity_check(batch_log_key(name, table), name, lambda a, b: None, batch_ordinal))
+        checks.append(contiguity_check(batch_log_key(name, table), StreamCheckpoint.from_metadata,
+                                       lambda a, b: None, batch_ordinal))
     return assets, stream_sensor(name, source, partitions, lake_root), checks
 
 

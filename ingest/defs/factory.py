@@ -15,6 +15,7 @@ from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfi
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
+from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
 
@@ -235,7 +236,7 @@ def default_lake_root() -> str:
 def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> list[SourceDefs]:
     """Per source its assets, sensor and checks; `lake_root` is where the sensors read batch logs."""
     from ingest.defs.batches import batch_log_asset, contiguity_check
-    from ingest.defs.checks import batch_checks
+    from ingest.defs.checks import batch_checks, compare_binlog
     from ingest.defs.dynamodb import build_dynamodb_defs
     from ingest.defs.sensors import binlog_sensor
 
@@ -260,14 +261,8 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
         log_key = AssetKey([name, SOURCE_BATCH_LOG])
         assets.append(batch_log_asset(log_key, name, None, tables, partitions, table_key, str, name))
         out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions, lake_root),
-                              [contiguity_check(log_key, name, _compare_binlog_metadata, str),
+                              [contiguity_check(log_key, BinlogPosition.from_metadata, compare_binlog, str),
                                *(c for t in tables
                                  for c in (reconciliation_check(name, source, t, config), *batch_checks(name, source, t)))]))
     return out
 
-
-def _compare_binlog_metadata(a: dict, b: dict) -> int:
-    from ingest.sources.mysql.positions import BinlogPosition
-
-    a, b = BinlogPosition.from_metadata(a), BinlogPosition.from_metadata(b)
-    return (a > b) - (a < b)

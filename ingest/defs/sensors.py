@@ -29,14 +29,19 @@ def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
 
 
 def committed_end(log_path: str) -> BinlogPosition | None:
-    """Where the source's complete batches end: the newest end in its batch log (None before the first).
+    """Where the source's complete batches end: the newest end in its batch log (None before the first)."""
+    return logged(log_path)[0]
+
+
+def logged(log_path: str) -> tuple[BinlogPosition | None, set[str]]:
+    """The newest end in the source's batch log and the batches it holds (its newest entries).
 
     Read from the Delta log, never from the partitions Dagster holds: a partition whose run
-    failed was created but its changes may not be in silver."""
+    failed was created, but its changes may not be in silver."""
     from ingest.lake.batchlog import logged_batches
 
-    ends = [BinlogPosition.from_metadata(e.end) for _, e in zip(range(LOOK_BACK), logged_batches(log_path))]
-    return max(ends, default=None)
+    entries = [e for _, e in zip(range(LOOK_BACK), logged_batches(log_path))]
+    return max((BinlogPosition.from_metadata(e.end) for e in entries), default=None), {e.batch for e in entries}
 
 
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
@@ -63,7 +68,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
                               "the next batch will cover everything since its end")
         state = source_state(connection_params(source), name)
-        last_end = committed_end(log_path)
+        last_end, complete = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
         starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
                   for t in tables if t in state.tables}
@@ -80,7 +85,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         # A batch created for this start and not logged as complete (its run failed, was canceled, or
         # never ran) runs again before anything later: skipping it would lose its changes in silver.
         pending = sorted(k for k in context.instance.get_dynamic_partitions(partitions.name)
-                         if BatchRange.from_key(k, state.head.basename).start == start)
+                         if k not in complete and BatchRange.from_key(k, state.head.basename).start == start)
         if pending:
             batch = pending[0]
             decision = incomplete_batch(context.instance, tags, name, batch, source.cdc,

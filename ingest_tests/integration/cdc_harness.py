@@ -49,15 +49,16 @@ class CdcHarness:
 
     def __post_init__(self):
         config = load_config(self.sources)
-        (defs,) = build_source_defs(config)
+        (defs,) = build_source_defs(config, str(self.lake))
         self.assets, self.sensor, self.checks = defs.assets, defs.sensor, defs.checks
         self.tables = sorted({k.path[1] for a in self.assets for k in a.keys if len(k.path) == 3})
         spark_res = SparkResource()
         self.resources = {"spark": spark_res, "lake": DeltaLakeIOManager(lake_root=str(self.lake), spark=spark_res)}
 
-    def run(self, keys: list[AssetKey], partition: str | None = None, expect_success: bool = True):
+    def run(self, keys: list[AssetKey], partition: str | None = None, expect_success: bool = True,
+            tags: dict[str, str] | None = None):
         result = materialize(self.assets, selection=keys, partition_key=partition, instance=self.instance,
-                             resources=self.resources, tags={"ingest/source": self.name},
+                             resources=self.resources, tags={"ingest/source": self.name, **(tags or {})},
                              raise_on_error=expect_success)
         assert result.success == expect_success
         return result
@@ -89,8 +90,11 @@ class CdcHarness:
         return key
 
     def run_batch(self, key: str, tables: list[str] | None = None, expect_success: bool = True):
-        tables = tables or self.tables
-        keys = [AssetKey([self.name, t, "changes"]) for t in self.tables] + [AssetKey([self.name, t]) for t in tables]
+        """Run a batch as the sensor does (with the batch log), or bronze and only `tables`' silver."""
+        keys = [AssetKey([self.name, t, "changes"]) for t in self.tables] + [AssetKey([self.name, t])
+                                                                             for t in tables or self.tables]
+        if tables is None:
+            keys.append(AssetKey([self.name, "_batch_log"]))
         return self.run(keys, key, expect_success)
 
     def add_batch(self) -> str:

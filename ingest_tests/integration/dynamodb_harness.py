@@ -73,7 +73,7 @@ class DynamoHarness:
 
     def __post_init__(self):
         config = load_config(self.sources)
-        (defs,) = build_source_defs(config)
+        (defs,) = build_source_defs(config, str(self.lake))
         self.assets, self.sensor, self.checks = defs.assets, defs.sensor, defs.checks
         self.source = config.sources[self.name]
         spark = SparkResource()

@@ -25,6 +25,8 @@ def test_checks_pass_on_a_synced_table_and_fail_on_a_gap_a_stale_silver_and_purg
     contiguous = h.check("c", "contiguity", "changes")
     assert contiguous.passed, contiguous.description
     assert contiguous.metadata["batches"].value == 2
+    logged = h.check("_batch_log", "batch_contiguity", layer=None)  # the check every sensor batch runs
+    assert logged.passed and logged.metadata["batches"].value == 2, logged.description
     fresh = h.check("c", "freshness")
     assert fresh.passed and fresh.metadata["lag_seconds"].value == 0  # nothing waits in the binlog
     headroom = h.check("c", "retention_headroom", "changes")
@@ -55,6 +57,9 @@ def test_checks_pass_on_a_synced_table_and_fail_on_a_gap_a_stale_silver_and_purg
     gap = h.check("c", "contiguity", "changes")
     assert not gap.passed and "GAP" in gap.description and h.batches[-1] in gap.description
     assert skipping.key in gap.description
+    logged_gap = h.check("_batch_log", "batch_contiguity", layer=None)
+    assert not logged_gap.passed and "GAP" in logged_gap.description and skipping.key in logged_gap.description
+    assert str(end) in logged_gap.description and str(after_skipped) in logged_gap.description  # the missing range
 
     # binlogs purged past the committed end: the next batch cannot run
     with root.cursor() as cur:

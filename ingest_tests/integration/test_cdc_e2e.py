@@ -102,7 +102,7 @@ def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_p
         cur.execute("DELETE FROM race WHERE id BETWEEN 1100 AND 1150")
     batch2 = BatchRange(batch1.end, head())
     add_partitions(env, "src_batches", [batch1.key, batch2.key])
-    cmds = [[*base, "--select", "src/race/changes,src/race", "--partition", key]
+    cmds = [[*base, "--select", "src/race/changes,src/race,src/_batch_log", "--partition", key]
             for key in (batch1.key, batch2.key, batch1.key)]
     logs = [tmp_path / f"racer-{i}.log" for i in range(len(cmds))]  # files, not pipes: a full pipe blocks a racer
     racers = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
@@ -126,7 +126,7 @@ def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_p
         cur.execute("SELECT id, v FROM race")
         assert got == sorted(cur.fetchall())
         cur.execute("UPDATE race SET v = 1 WHERE id = 1")
-    (defs,) = build_source_defs(load_config(sources))
+    (defs,) = build_source_defs(load_config(sources), str(tmp_path / "lake"))
     with instance_at(env) as instance, build_sensor_context(instance=instance) as context:
         result = defs.sensor(context)
     assert isinstance(result, SensorResult), result

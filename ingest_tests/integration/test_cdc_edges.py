@@ -252,7 +252,11 @@ def test_a_run_killed_between_the_snapshot_merge_and_its_catch_up_catches_up_whe
         SilverFromSnapshot("src", "cu", snapshot).apply(spark, h.silver_path("cu"), lambda m: None)
         with root.cursor() as cur:
             cur.execute("UPDATE cu SET v = 2 WHERE id > 250")
-        h.run_batch(h.add_batch())
+        again = h.add_batch()
+        assert again == first  # not complete (not in the batch log): it runs again before any later range
+        h.run_batch(again)
+        assert h.live("cu", ["id", "v"])[:100] == [(i, 1) for i in range(1, 101)]  # the catch-up happened
+        h.sync()  # the later range
         with root.cursor() as cur:
             cur.execute("SELECT id, v FROM cu")
             assert h.live("cu", ["id", "v"]) == sorted(cur.fetchall())

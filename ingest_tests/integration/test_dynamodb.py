@@ -4,6 +4,7 @@ import base64
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,18 +184,30 @@ def test_a_batch_with_a_value_its_column_cannot_hold_fails_naming_it_and_is_retr
     from dagster import SkipReason
 
     table = create_table(ddb, unique("badval"))
-    h = harness([table])
+    h = harness([table], cdc={"max_batch_attempts": 3, "retry_backoff_seconds": 2})
     h.snapshot(table)
     ddb.put_item(TableName=table, Item={"id": {"S": "bad-1"}, "total": {"N": "1.239"}})  # declared decimal(12,2)
     assert h.sync(expect_success=False) == ["00000001"]
     err = h.failure(h.run([AssetKey(["src", table, "changes"])], "00000001", expect_success=False))
     assert "id='bad-1'" in err and "attribute 'total'" in err and "more than 2 decimal places" in err
-    # the sensor retries the failed batch until 3 of its runs failed (the untagged run above is not its own)
+    # the failed batch waits out its backoff: no later batch, no re-run yet
+    skip = h.tick()
+    assert not skip.run_requests and "running it again in" in skip.skip_reason.skip_message
+    # past the backoff the sensor runs it again, until 3 of its runs failed (the untagged run above is not its own)
+    h.instance.add_dynamic_partitions(f"src_{table}_batches", ["00000002"])  # a stray later partition is ignored
+    time.sleep(2.1)  # backoff: 2 s after the first failure, 4 s after the second
     assert h.sync(expect_success=False) == ["00000001"]
+    time.sleep(4.1)
     assert h.sync(expect_success=False) == ["00000001"]
-    with build_sensor_context(instance=h.instance) as context:
-        skip = h.sensor(context)
-    assert isinstance(skip, SkipReason) and "batch 00000001 failed 3 times" in skip.skip_message
+    skip = h.tick()
+    assert not skip.run_requests
+    message = skip.skip_reason.skip_message
+    assert "STOPPED: batch 00000001" in message and "failed 3 times" in message and "more than 2 decimal" in message
+    assert f"ingest backfill src --table {table} --partitions 00000001" in message
+    # the stop is on the batch log asset and the last failed run too, once
+    (event,) = skip.asset_events
+    assert event.asset_key == AssetKey(["src", table, "batch_log"]) and event.metadata["stopped"].value is True
+    assert h.tick().asset_events == []
     assert not bronze_exists(h, table)  # nothing was committed by the failed runs
 
 

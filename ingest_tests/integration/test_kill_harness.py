@@ -20,3 +20,21 @@ def test_random_sigkills_in_every_phase_lose_and_duplicate_no_row(spark, mariadb
     # a snapshot killed after its first committed wave goes on from there instead of starting over
     assert all(t.resumed for t in report.trials if t.phase == "snapshot" and t.killed), report.summary()
     assert all(t.clean for t in report.trials), report.summary()
+
+
+def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_alone(
+        spark, mariadb, database, root, tmp_path):
+    """dagster-daemon with the binlog sensor on; each trial kills the run the sensor launched at one point
+    (before any write, mid-bronze, after bronze and before silver, mid-silver) or stops and cancels it.
+    Nothing but the sensor runs the batch again; every trial ends with nothing lost, extra, stale or
+    duplicated."""
+    from ingest_tests.kill_harness import SENSOR_POINTS, SensorRecoveryHarness
+
+    seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(10 ** 6)))
+    with SensorRecoveryHarness(spark, root, mariadb.port, database, tmp_path, seed) as harness:
+        report = harness.run(len(SENSOR_POINTS))
+    print(report.summary())
+    assert {t.phase for t in report.trials if t.killed} == set(SENSOR_POINTS), report.summary()
+    # the killed run's batch was completed by a later run the sensor launched, not skipped
+    assert all(t.recovered_by for t in report.trials if t.killed), report.summary()
+    assert all(t.clean for t in report.trials), report.summary()

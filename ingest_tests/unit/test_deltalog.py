@@ -1,0 +1,38 @@
+"""Our commits read from a `_delta_log` folder without Spark (the files are what Delta writes)."""
+
+import json
+
+from ingest.lake.commits import Txn, encode_user_metadata
+from ingest.lake.deltalog import newest_commit, our_commits, version_file
+
+
+def write_log(folder, commits, checkpoint=None):
+    log = folder / "_delta_log"
+    log.mkdir(parents=True)
+    for version, meta in enumerate(commits):
+        info = {"timestamp": 1_700_000_000_000 + version, "operation": "WRITE",
+                "operationMetrics": {"numOutputRows": str(version)}}
+        if meta is not None:
+            info["userMetadata"] = encode_user_metadata(meta, Txn("app", version))
+        lines = [{"commitInfo": info}, {"add": {"path": f"part-{version}.parquet"}}]
+        (log / version_file(version)).write_text("\n".join(json.dumps(x) for x in lines))
+    if checkpoint is not None:
+        (log / "_last_checkpoint").write_text(json.dumps({"version": checkpoint, "size": 3}))
+
+
+def test_newest_first_with_other_writers_commits_left_out(tmp_path):
+    write_log(tmp_path, [{"kind": "bronze", "batch": "a"}, None, {"kind": "bronze", "batch": "b"}])
+    found = list(our_commits(str(tmp_path)))
+    assert [(c.version, c.metadata["batch"]) for c in found] == [(2, "b"), (0, "a")]
+    assert found[0].metrics == {"numOutputRows": "2"}
+    assert newest_commit(str(tmp_path), kind="bronze", batch="a").version == 0
+    assert newest_commit(str(tmp_path), batch="zzz") is None
+
+
+def test_the_newest_version_is_found_from_the_last_checkpoint_on(tmp_path):
+    write_log(tmp_path, [{"kind": "x", "n": n} for n in range(13)], checkpoint=10)
+    assert next(our_commits(str(tmp_path))).metadata["n"] == 12
+
+
+def test_no_table_is_no_commits(tmp_path):
+    assert list(our_commits(str(tmp_path / "missing"))) == []
