@@ -1,0 +1,249 @@
+"""The Spark that every run shares: a Spark Connect server, local by default or remote by config.
+
+Why: a new JVM costs about 7 s and a cold Delta MERGE 10-15 s, and each
+Dagster run is a new process. A long-lived server keeps the JVM, its class
+loading and Delta's caches warm across runs, so a batch pays for its changes,
+not for start-up (DESIGN, "Engine and scale").
+
+Where the session comes from, first match wins:
+  1. `INGEST_SPARK_REMOTE` or `spark.remote` in the sources file: `sc://host:port`,
+     a server started by someone else (a cluster's driver with the same jars and
+     this package installed for its Python workers). Nothing is started here.
+  2. The embedded local server: started on first use with the jars in jvm/jars,
+     its PID and port recorded in `<local state>/spark-connect/server.json`, and
+     reused by every later run on this machine until `ingest spark stop`.
+
+The project's session defaults (UTC, few shuffle partitions, Delta's SQL
+extensions) go on the server's command line: a Connect client cannot set
+static confs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ingest.paths import local_dir
+
+# Why each default: UTC so TIMESTAMP values mean the same instant on every machine (DESIGN
+# principle 5); few shuffle partitions because change batches are small and 200 empty tasks
+# cost seconds; Arrow for Python <-> JVM transfer; the UI off (a port nobody reads).
+SERVER_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "2g",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.optimizeMetadataOnlyQueries.enabled": "true",
+    # Column mapping by name: source columns may hold spaces or other characters
+    # Parquet names cannot, and RENAME / DROP COLUMN in the source map onto it.
+    "spark.databricks.delta.properties.defaults.columnMapping.mode": "name",
+    # ADD COLUMN in the source reaches bronze (mergeSchema) and silver (MERGE) as a new Delta column.
+    "spark.databricks.delta.schema.autoMerge.enabled": "true",
+    # MODIFY COLUMN to a wider type (INT -> BIGINT, ...) widens the Delta column in place.
+    "spark.databricks.delta.properties.defaults.enableTypeWidening": "true",
+}
+
+STATE_FILE = "server.json"
+START_TIMEOUT = 120.0
+
+
+class SparkUnavailable(RuntimeError):
+    """No Spark Connect server answers where one is expected; the message names it and the fix."""
+
+
+class MissingJarsError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ServerState:
+    pid: int
+    port: int
+    log: str
+    started_at: float
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+
+def state_dir() -> Path:
+    """Where the embedded server's PID, port and log live (override: INGEST_SPARK_STATE_DIR)."""
+    return Path(os.environ.get("INGEST_SPARK_STATE_DIR", local_dir() / "spark-connect"))
+
+
+def jars(folder: Path | None = None) -> list[str]:
+    from ingest.paths import jars_dir
+
+    folder = folder or jars_dir()
+    found = sorted(str(p) for p in Path(folder).glob("*.jar"))
+    if not any("delta-spark" in j for j in found):
+        raise MissingJarsError(
+            f"no Delta jar in {folder}: run bin/setup (it fetches the jars with Maven), "
+            "or set INGEST_JARS_DIR to a folder holding delta-spark and delta-storage")
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (our own child that ended) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_state(folder: Path | None = None) -> ServerState | None:
+    """The embedded server recorded in `folder`, if its process is still there."""
+    path = (folder or state_dir()) / STATE_FILE
+    try:
+        state = ServerState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return state if _alive(state.pid) else None
+
+
+def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[str]:
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    conf = {**SERVER_CONF, "spark.pyspark.python": sys.executable, "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.grpc.binding.address": "127.0.0.1", **(extra_conf or {})}
+    cmd = [str(spark_home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--master", os.environ.get("INGEST_SPARK_MASTER", "local[*]"), "--jars", ",".join(jars())]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    return [*cmd, "spark-internal"]
+
+
+def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = None,
+                timeout: float = START_TIMEOUT) -> ServerState:
+    """The embedded server: the one recorded in `folder` if it is up, else a new one (one at a time:
+    runs that start together wait for the first one's server instead of starting their own)."""
+    import fcntl
+
+    import pyspark
+
+    folder = folder or state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = read_state(folder)
+        if state is not None:
+            _wait_listening(state, timeout)
+            return state
+        port = _free_port()
+        log = folder / "server.log"
+        env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable}
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        state = ServerState(proc.pid, port, str(log), time.time())
+        (folder / STATE_FILE).write_text(json.dumps(asdict(state)))
+        _wait_listening(state, timeout)
+        return state
+
+
+def _wait_listening(state: ServerState, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _listening(state.port):
+        if not _alive(state.pid):
+            raise SparkUnavailable(f"the local Spark Connect server (pid {state.pid}) exited while starting; "
+                                   f"see {state.log}")
+        if time.monotonic() > deadline:
+            raise SparkUnavailable(f"the local Spark Connect server (pid {state.pid}) did not listen on port "
+                                   f"{state.port} within {timeout:.0f} s; see {state.log}")
+        time.sleep(0.2)
+
+
+def stop_local(folder: Path | None = None, timeout: float = 30.0) -> ServerState | None:
+    """Stop the embedded server recorded in `folder` by its PID (None when none was running)."""
+    folder = folder or state_dir()
+    state = read_state(folder)
+    (folder / STATE_FILE).unlink(missing_ok=True)
+    if state is None:
+        return None
+    os.killpg(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(state.pid):
+        os.killpg(state.pid, signal.SIGKILL)
+    return state
+
+
+def remote_url(configured: str | None = None) -> str | None:
+    """The remote server to use, if one is configured (INGEST_SPARK_REMOTE wins over the sources file)."""
+    return os.environ.get("INGEST_SPARK_REMOTE") or configured or None
+
+
+def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
+    """A Spark Connect session: to `url` (or the configured remote), else to the embedded local server,
+    started if needed. Checks that the server's Spark is the client's."""
+    from pyspark.sql import SparkSession
+
+    url = url or remote_url()
+    if url is None:
+        url = start_local(extra_conf=extra_conf).url
+    try:
+        session = SparkSession.builder.remote(url).getOrCreate()
+        server_version = session.version
+    except Exception as exc:  # grpc's errors carry the cause; the fix is ours to say
+        raise SparkUnavailable(
+            f"no Spark Connect server answers at {url} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). "
+            "Fix: start it (`ingest spark start` for the local one), or point INGEST_SPARK_REMOTE / spark.remote "
+            "in the sources file at a running server") from None
+    check_versions(url, server_version, session.conf.get("spark.jars", ""))
+    return session
+
+
+def check_versions(url: str, server_version: str, server_jars: str) -> None:
+    """Client and server must run the same Spark and Delta (pure): the Connect protocol follows Spark,
+    and our commits, SQL and table features follow the Delta jar. A server whose jars are on its
+    classpath (not in spark.jars) is taken as it is."""
+    import re
+    from importlib.metadata import version
+
+    import pyspark
+
+    delta = version("delta-spark")
+    fix = (f"Fix: run a server of Spark {pyspark.__version__} with delta-spark {delta} (the jars bin/setup "
+           "fetches into jvm/jars), or the client versions that match the server")
+    if server_version.split(".")[:2] != pyspark.__version__.split(".")[:2]:
+        raise SparkUnavailable(f"the Spark Connect server at {url} runs Spark {server_version}, this client "
+                               f"pyspark {pyspark.__version__}. {fix}")
+    found = re.search(r"delta-spark_[0-9.]+_[0-9.]+-([0-9][0-9.]*[0-9])\.jar", server_jars)
+    if found and found.group(1) != delta:
+        raise SparkUnavailable(f"the Spark Connect server at {url} has delta-spark {found.group(1)}, this client "
+                               f"expects {delta}. {fix}")
