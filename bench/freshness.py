@@ -165,9 +165,9 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
     ours = [visible_at(commits, pos) - committed for _, committed, pos in markers]
     raw = [seen[i] - committed for i, committed, _ in markers if i in seen]
     # The markers are in silver, not just claimed by the commit metadata.
-    from ingest.lake.spark import build_spark_session
+    from ingest.lake.spark import spark_session
 
-    spark = build_spark_session("local[*]", "ingest-bench")
+    spark = spark_session()
     ids = {r[0] for r in spark.read.format("delta").load(str(silver)).where("NOT _deleted AND id >= 1000000")
            .select("id").collect()}
     missing = [i for i, _, _ in markers if i not in ids]

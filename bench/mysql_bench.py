@@ -264,7 +264,7 @@ def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, 
     from ingest.lake.commits import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 
-    log_start = BinlogPosition.from_metadata(last_commit(spark, str(lake / f"{table}_snap"), kind="snapshot")
+    log_start = BinlogPosition.from_metadata(last_commit(str(lake / f"{table}_snap"), kind="snapshot")
                                              .metadata["log_start"])
     log(f"writing {events:,} row changes")
     t0 = time.perf_counter()

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.only or BENCHMARKS
     out_path = args.json or BENCH_DIR / "out" / f"{mode}.json"
 
-    from ingest.lake.spark import build_spark_session
+    from ingest.lake.spark import spark_session
     from ingest.localdev.mariadb import MariaDBServer
     from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
 
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import mysql_bench
 
         params = mysql_bench.setup_database(server)
-        spark = build_spark_session("local[*]", "ingest-bench")
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = spark_session()
         lake = work / "lake"
         for name in chosen:
             log(f"--- {name}")

@@ -18,16 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     port, table, path, chunk_size, parallelism, per_commit = sys.argv[1:7]
     from bench.mysql_bench import DATABASE, PASSWORD, our_snapshot
-    from ingest.lake.spark import build_spark_session
+    from ingest.lake.spark import spark_session
     from ingest.sources.mysql.schema import ConnectionParams
 
     started = time.perf_counter()
-    spark = build_spark_session("local[*]", "ingest-bench-child")
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_session()
     params = ConnectionParams("127.0.0.1", int(port), "bench", PASSWORD, DATABASE, 30)
     _, rows = our_snapshot(spark, params, table, path, int(chunk_size), int(parallelism), int(per_commit))
     print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
     ingest status [--source NAME] [--table NAME]
     ingest backfill SOURCE [--table NAME ...] (--partitions K1,K2 | --from K1 [--to K2] | --all) [--wait]
     ingest resnapshot SOURCE TABLE [--wait]
+    ingest spark start|stop|status
 
 Reads the same environment as the Dagster code location: INGEST_SOURCES (the
-sources file), INGEST_LAKE_ROOT (the lake) and INGEST_SPARK_MASTER.
+sources file), INGEST_LAKE_ROOT (the lake) and INGEST_SPARK_REMOTE.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def select_partitions(existing: list[str], keys: list[str] | None, first: str | 
 def backfill_targets(config, source: str, tables: list[str] | None) -> tuple[list[list[str]], list[str]]:
     """The asset keys a batch backfill runs for the selection, and the asset whose partitions it uses."""
     from ingest.config import DynamoDBSource
+    from dagster import AssetKey
+
     from ingest.defs.factory import table_key
-    from ingest.lake.tables import CHANGES
+    from ingest.lake.tables import BATCH_LOG, CHANGES, SOURCE_BATCH_LOG
 
     selected = [t for _, _, t in select_tables(config, source, None)]
     for t in tables or []:
@@ -85,9 +88,12 @@ def backfill_targets(config, source: str, tables: list[str] | None) -> tuple[lis
             raise UsageError(f"DynamoDB source {source}: each table has its own batches; name one with --table "
                              f"({', '.join(selected)})")
         changes = [table_key(source, tables[0], CHANGES)]
+        logs = [table_key(source, tables[0], BATCH_LOG)]
     else:  # one binlog read serves every table of the source: its changes asset comes whole
         changes = [table_key(source, t, CHANGES) for t in selected]
-    keys = changes + [table_key(source, t) for t in tables]
+        # the batch log records a batch as complete: only when every table's silver is in the run
+        logs = [AssetKey([source, SOURCE_BATCH_LOG])] if set(tables) == set(selected) else []
+    keys = changes + [table_key(source, t) for t in tables] + logs
     return [k.path for k in keys], changes[0].path
 
 
@@ -133,21 +139,15 @@ def resnapshot(args) -> int:
 
 def status(args) -> int:
     from ingest.config import DynamoDBSource, load_config
-    from ingest.lake.spark import build_spark_session
+    from ingest.lake.storage import spark_lake_root
     from ingest.status import format_table, source_position, table_status
 
-    from ingest.lake.storage import is_s3, s3a_conf, spark_lake_root
-
+    # the Delta logs are read as files (local or S3, see lake/deltalog.py): no Spark, an answer in seconds
     selected = select_tables(load_config(args.sources), args.source, args.table)
     lake = spark_lake_root(args.lake)
-    env = os.environ.get
-    s3 = s3a_conf(env("INGEST_S3_ENDPOINT_URL"), env("AWS_REGION"), env("AWS_ACCESS_KEY_ID"),
-                  env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN")) if is_s3(lake) else {}
-    spark = build_spark_session(env("INGEST_SPARK_MASTER", "local[*]"), "ingest-status", s3)
-    spark.sparkContext.setLogLevel("ERROR")
     states = {name: ("n/a (DynamoDB)" if isinstance(src, DynamoDBSource) else source_position(src))
               for name, src, _ in selected}
-    rows = [table_status(spark, lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
+    rows = [table_status(lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
             for name, src, t in selected]
     print(format_table(rows))
     return 0
@@ -203,17 +203,47 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("table", help="the table")
     webserver_args(rs)
     rs.set_defaults(run=resnapshot)
+
+    sp = commands.add_parser(
+        "spark", help="the embedded Spark Connect server: start, stop, status",
+        description="Every run reaches Spark through a Spark Connect server. Unless INGEST_SPARK_REMOTE (or "
+                    "spark.remote in the sources file) names one, the first run starts a local server and later "
+                    "runs reuse it; its PID, port and log are under .local/spark-connect (INGEST_SPARK_STATE_DIR).")
+    sp.add_argument("action", choices=("start", "stop", "status"))
+    sp.set_defaults(run=spark)
     return parser
+
+
+def spark(args) -> int:
+    from ingest.lake.connect import read_state, remote_url, start_local, state_dir, stop_local
+
+    remote = remote_url()
+    if args.action == "start":
+        state = start_local()
+        print(f"Spark Connect server up at {state.url} (pid {state.pid}, log {state.log})")
+    elif args.action == "stop":
+        state = stop_local()
+        print(f"stopped the Spark Connect server (pid {state.pid})" if state else
+              f"no local Spark Connect server recorded in {state_dir()}")
+    else:
+        state = read_state()
+        print(f"local: {state.url} (pid {state.pid}, log {state.log})" if state else
+              f"local: not running (state in {state_dir()}); the next run starts it")
+        if remote:
+            print(f"remote: {remote} (INGEST_SPARK_REMOTE): runs use this one, not the local server")
+        return 0 if state or remote else 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
+    from ingest.lake.connect import SparkUnavailable
     from ingest.webserver import WebserverError
 
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, ConfigError, WebserverError) as exc:
+    except (UsageError, ConfigError, WebserverError, SparkUnavailable) as exc:
         print(f"ingest {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -246,9 +246,17 @@ class DbtSettings(_Model):
     Default: $INGEST_CATALOG_DIR, else `_catalog` in a local lake, else .local/catalog."""
 
 
+class SparkSettings(_Model):
+    remote: Annotated[str, Field(pattern=r"^sc://[^/\s]+")] | None = None
+    """A running Spark Connect server every run uses (`sc://host:15002`); INGEST_SPARK_REMOTE overrides it.
+    Unset: the embedded local server, started on first use."""
+
+
 class SourcesConfig(_Model):
     sources: dict[str, Source]
     """Sources by name. The name prefixes asset keys and lake paths."""
+    spark: SparkSettings | None = None
+    """Where Spark runs (see SparkSettings)."""
     dbt: DbtSettings | None = None
     """When set, the dbt project's models load as assets downstream of the silver tables they read."""
     path: Path | None = Field(default=None, exclude=True)

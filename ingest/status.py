@@ -67,7 +67,7 @@ def headroom(oldest_log: str, end: BinlogPosition) -> str:
     return f"{end.seq - oldest.seq} file(s)"
 
 
-def table_status(spark, lake_root: str, name: str, table: str, source_state, binlog: bool) -> TableStatus:
+def table_status(lake_root: str, name: str, table: str, source_state, binlog: bool) -> TableStatus:
     """One table: `source_state` is a MySQL source's (binlog head, oldest binlog), or a text to show instead
     (the source did not answer; a DynamoDB source). `binlog`: positions are binlog positions (MySQL); a
     DynamoDB source's are per-shard checkpoints, not shown here."""
@@ -75,9 +75,9 @@ def table_status(spark, lake_root: str, name: str, table: str, source_state, bin
     from ingest.lake.tables import table_location
 
     now = dt.datetime.now()  # Delta's history timestamps are local, naive
-    snap = last_commit(spark, table_location(lake_root, name, table, "snapshot"), kind="snapshot")
-    bronze = last_commit(spark, table_location(lake_root, name, table, "bronze"), kind="bronze")
-    silver = last_commit(spark, table_location(lake_root, name, table, "silver"), kind="silver")
+    snap = last_commit(table_location(lake_root, name, table, "snapshot"), kind="snapshot")
+    bronze = last_commit(table_location(lake_root, name, table, "bronze"), kind="bronze")
+    silver = last_commit(table_location(lake_root, name, table, "silver"), kind="silver")
     snapshot = "-" if snap is None else (
         f"{snap.metadata['snapshot_id']} {'complete' if snap.metadata.get('complete') else 'UNFINISHED'} "
         f"({ago(snap.timestamp, now)})")

@@ -1,4 +1,4 @@
-"""Shared fixtures. Tiers: unit/ (no services), spark/ (one shared SparkSession),
+"""Shared fixtures. Tiers: unit/ (no services), spark/ (one shared Spark Connect server),
 integration/ (a real MariaDB started here, stopped by PID at the end)."""
 
 from __future__ import annotations
@@ -16,13 +16,44 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def spark():
-    from ingest.lake.spark import build_spark_session
+def spark_server(tmp_path_factory):
+    """One Spark Connect server for the whole test session, shared by the xdist workers (the first
+    starts it, the last stops it by PID) and by every `dagster` process a test starts (through
+    INGEST_SPARK_REMOTE)."""
+    import fcntl
+    import tempfile
+    from pathlib import Path
 
-    session = build_spark_session("local[2]", "ingest-tests", {"spark.sql.shuffle.partitions": "2"})
-    session.sparkContext.setLogLevel("ERROR")
+    from ingest.lake.connect import start_local, stop_local
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"solo-{os.getpid()}"
+    folder = Path(tempfile.gettempdir()) / f"ingest-tests-spark-{run}"
+    folder.mkdir(exist_ok=True)
+
+    def users(delta: int) -> int:
+        with open(folder / "users.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            count = folder / "users"
+            n = int(count.read_text() or 0) if count.exists() else 0
+            count.write_text(str(n + delta))
+            return n + delta
+
+    users(+1)
+    # two local cores: the tests' own processes need the rest
+    state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    os.environ["INGEST_SPARK_REMOTE"] = state.url
+    yield state
+    if users(-1) == 0:
+        stop_local(folder)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_server):
+    from ingest.lake.spark import spark_session
+
+    session = spark_session(spark_server.url)
     yield session
-    session.stop()
+    session.stop()  # releases this client's session on the server before the last worker stops it
 
 
 @pytest.fixture(scope="session")

@@ -235,7 +235,7 @@ class KillHarness:
     def _commit_versions(self) -> dict[str, int | None]:
         from ingest.lake.commits import table_version
 
-        return {layer: table_version(self.spark, path) for layer, path in self._paths().items()}
+        return {layer: table_version(path) for layer, path in self._paths().items()}
 
     def _commit_without_event(self, before: dict, selection, partition) -> bool:
         """Did the killed step commit to Delta without Dagster recording the materialization?"""
@@ -403,7 +403,8 @@ class SensorRecoveryHarness(KillHarness):
 
     def _worker_pid(self, run_id: str) -> int | None:
         for message in self._messages(run_id):
-            found = re.search(r"Started process for run \(pid: (\d+)\)", message)
+            # the run worker (in-process executor: its steps run in it)
+            found = re.search(r"Executing steps in process \(pid: (\d+)\)", message)
             if found:
                 return int(found.group(1))
         return None
@@ -463,7 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10 ** 6)
 
-    from ingest.lake.spark import build_spark_session
+    from ingest.lake.connect import start_local, stop_local
+    from ingest.lake.spark import spark_session
     from ingest.localdev.mariadb import MariaDBServer
     from ingest_tests.conftest import free_port
 
@@ -477,17 +479,18 @@ def main(argv: list[str] | None = None) -> int:
             server.create_ingest_user("ingest", password)
             with server.connect() as conn, conn.cursor() as cur:
                 cur.execute("CREATE DATABASE killh")
-            spark = build_spark_session("local[2]", "kill-harness", {"spark.sql.shuffle.partitions": "2"})
-            spark.sparkContext.setLogLevel("ERROR")
+            state = start_local(work / "spark", {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+            os.environ["INGEST_SPARK_REMOTE"] = state.url  # the dagster runs it starts share the server
+            spark = spark_session(state.url)
             (work / "run").mkdir()
             with server.connect(database="killh") as root, \
                     (SensorRecoveryHarness if args.sensor else KillHarness)(
                         spark, root, server.port, "killh", work / "run", seed) as harness:
                 report = harness.run(args.trials)
             print(report.summary())
-            spark.stop()
             return 0 if all(t.clean for t in report.trials) else 1
         finally:
+            stop_local(work / "spark")
             server.stop()
 
 

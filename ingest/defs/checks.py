@@ -33,7 +33,7 @@ def committed_batches(spark, bronze_path: str, mysql: bool) -> list[CommittedBat
     from ingest.sources.mysql.positions import BinlogPosition
 
     found = {}
-    for info in commits(spark, bronze_path):
+    for info in commits(bronze_path):
         meta = info.metadata
         if meta.get("kind") == "bronze" and "start" in meta and "end" in meta:
             start, end = meta["start"], meta["end"]
@@ -60,7 +60,7 @@ def batch_checks(name: str, source, table: str) -> list[AssetChecksDefinition]:
         lake = context.resources.lake
         spark = lake.spark.session
         batches = committed_batches(spark, lake.path_for(changes), mysql)
-        snap = last_commit(spark, lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
+        snap = last_commit(lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
         log_start = BinlogPosition.from_metadata(snap.metadata["log_start"]) if mysql and snap else None
         return _result(contiguity(batches, compare_binlog if mysql else lambda a, b: None, log_start))
 
@@ -73,7 +73,7 @@ def batch_checks(name: str, source, table: str) -> list[AssetChecksDefinition]:
 
         lake = context.resources.lake
         spark = lake.spark.session
-        merged = last_commit(spark, lake.path_for(silver), kind="silver")
+        merged = last_commit(lake.path_for(silver), kind="silver")
         since = (dt.datetime.now() - merged.timestamp).total_seconds() if merged else None  # Delta: local, naive
         return _result(freshness(source_is_ahead(name, source, table, spark, lake), since,
                                  source.cdc.max_lag_seconds))
@@ -107,10 +107,10 @@ def recorded_end(spark, lake, name: str, table: str, snapshot_key: str):
     from ingest.defs.factory import table_key
     from ingest.lake.commits import last_commit
 
-    bronze = last_commit(spark, lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
+    bronze = last_commit(lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
     if bronze:
         return bronze.metadata["end"]
-    snap = last_commit(spark, lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
+    snap = last_commit(lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
     return snap.metadata.get(snapshot_key) if snap else None
 
 

@@ -5,7 +5,9 @@ Environment (read when definitions load, not at import of any other module):
   INGEST_LAKE_ROOT   the lake root (default: .local/lake); s3://bucket/prefix for S3, with
                      INGEST_S3_ENDPOINT_URL (optional), AWS_REGION and the AWS credential variables,
                      and INGEST_LOCK_TABLE / INGEST_LOCK_ENDPOINT_URL for the write locks
-  INGEST_SPARK_MASTER  Spark master URL (default: local[*])
+  INGEST_SPARK_REMOTE  a running Spark Connect server, sc://host:port (else `spark.remote` in the
+                     sources file, else the embedded local server)
+  INGEST_SPARK_MASTER  the embedded server's master (default: local[*])
 """
 
 from __future__ import annotations
@@ -19,21 +21,23 @@ from ingest.config import load_config
 from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource
+from ingest.lake.connect import remote_url
 from ingest.lake.storage import is_s3, spark_lake_root
 from ingest.paths import PROJECT_ROOT, local_dir
 
 
 def build_definitions(sources_path: str | Path | None = None, lake_root: str | None = None,
-                      spark_master: str | None = None) -> Definitions:
+                      spark_remote: str | None = None) -> Definitions:
     config = load_config(sources_path or os.environ.get("INGEST_SOURCES", PROJECT_ROOT / "sources.yaml"))
     lake = spark_lake_root(lake_root or os.environ.get("INGEST_LAKE_ROOT", str(local_dir() / "lake")))
-    master = spark_master or os.environ.get("INGEST_SPARK_MASTER", "local[*]")
+    remote = remote_url(spark_remote or (config.spark.remote if config.spark else None))
+    spark_config = {"spark.remote": remote} if remote else {}
     if is_s3(lake):  # S3A for Spark, and a write lock per table (see ingest/lake/locks.py)
-        spark = SparkResource(master=master, s3=lake_s3_resource())
+        spark = SparkResource(spark_config=spark_config, s3=lake_s3_resource())
         io_manager = DeltaLakeIOManager(lake_root=lake, spark=spark, locks=lake_lock_resource(),
                                         lock_table=os.environ.get("INGEST_LOCK_TABLE", "ingest_lake_locks"))
     else:
-        spark = SparkResource(master=master)
+        spark = SparkResource(spark_config=spark_config)
         io_manager = DeltaLakeIOManager(lake_root=lake, spark=spark)
     per_source = build_source_defs(config, lake)
     assets = [a for defs in per_source for a in defs.assets]
@@ -41,7 +45,7 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     if config.dbt is not None:
         from ingest.defs.dbt import build_dbt_assets
 
-        dbt_models, resources["dbt"] = build_dbt_assets(config, lake, spark.master,
+        dbt_models, resources["dbt"] = build_dbt_assets(config, lake, os.environ.get("INGEST_SPARK_MASTER", "local[*]"),
                                                         [k for a in assets for k in a.keys])
         assets.append(dbt_models)
     return Definitions(

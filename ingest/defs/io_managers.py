@@ -36,17 +36,17 @@ def write_figures(spark, path: str, meta: dict[str, Any], seconds: float) -> dic
     """Numbers for every materialization: how long, rows per second, bytes this write added and the
     table's size (Delta's own operation metrics and table detail), and lag_seconds (0 when the write
     does not say: a snapshot is not behind anything yet)."""
-    from delta.tables import DeltaTable
-
     from ingest.lake.commits import commits
+    from ingest.lake.deltalog import is_delta_table
+    from ingest.lake.merge import delta_path
 
     figures: dict[str, Any] = {"seconds": round(seconds, 3), "lag_seconds": meta.get("lag_seconds", 0.0)}
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(path):
         return figures  # the write waited (silver before its snapshot): no table yet
-    newest = commits(spark, path, limit=1)
+    newest = commits(path, limit=1)
     metrics = newest[0].metrics if newest and meta.get("committed", True) else {}
     rows = meta.get("rows", int(metrics.get("numOutputRows", metrics.get("numSourceRows", 0))))
-    detail = DeltaTable.forPath(spark, path).detail().select("sizeInBytes", "numFiles").first()
+    detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").select("sizeInBytes", "numFiles").first()
     return {**figures, "rows": rows, "rows_per_second": round(rows / max(seconds, 1e-9), 1),
             "bytes_written": int(metrics.get("numOutputBytes", metrics.get("numTargetBytesAdded", 0))),
             "table_bytes": int(detail["sizeInBytes"]), "table_files": int(detail["numFiles"])}

@@ -1,4 +1,4 @@
-"""Dagster resources: the Spark session and the DynamoDB clients."""
+"""Dagster resources: the Spark (Connect) session and the DynamoDB clients."""
 
 # No `from __future__ import annotations`: Dagster and pydantic read these annotations at run time.
 
@@ -7,31 +7,41 @@ from typing import Any, Optional
 from dagster import ConfigurableResource
 from dagster_aws.s3 import S3Resource
 from dagster_aws.utils import ResourceWithBoto3Configuration
-from pydantic import Field, PrivateAttr
+from dagster_pyspark import PySparkResource
+from pydantic import Field
 
 
-class SparkResource(ConfigurableResource):
-    """A lazily built SparkSession with Delta: nothing starts until an asset asks for it."""
+class SparkResource(PySparkResource):
+    """dagster-pyspark's PySparkResource, always a Spark Connect session, built when first asked for.
 
-    master: str = Field(default="local[*]", description="Spark master URL: local[*], spark://host:7077, ...")
-    app_name: str = Field(default="ingest", description="Spark application name.")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, applied last.")
+    With `spark.remote` (`sc://host:port`) in `spark_config` every run uses that server; without it,
+    the embedded local server (started on first use, shared by later runs; see ingest/lake/connect.py).
+    """
+
+    spark_config: dict[str, Any] = Field(
+        default_factory=dict, description="`spark.remote`: a running Spark Connect server (sc://host:port); "
+                                          "leave it out for the embedded local server.")
     s3: Optional[S3Resource] = Field(default=None, description="For a lake on S3: endpoint, region and "
-                                                               "credentials, given to Spark's S3A connector.")
+                                                               "credentials, given to the local server's S3A.")
 
-    _session: Any = PrivateAttr(default=None)
+    def setup_for_execution(self, context) -> None:
+        pass  # lazy: runs that never touch Spark (a failing source read) never connect
 
     @property
-    def session(self):
-        if self._session is None:
-            from ingest.lake.spark import build_spark_session
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            from ingest.lake.spark import spark_session
             from ingest.lake.storage import s3a_conf
 
             s3 = {} if self.s3 is None else s3a_conf(self.s3.endpoint_url, self.s3.region_name,
                                                      self.s3.aws_access_key_id, self.s3.aws_secret_access_key,
                                                      self.s3.aws_session_token)
-            self._session = build_spark_session(self.master, self.app_name, {**s3, **self.conf})
-        return self._session
+            self._spark_session = spark_session(self.spark_config.get("spark.remote"), s3)
+        return self._spark_session
+
+    @property
+    def session(self) -> Any:
+        return self.spark_session
 
 
 class DynamoDBResource(ResourceWithBoto3Configuration):

@@ -67,64 +67,36 @@ class CommitInfo:
     """When Delta committed it (a datetime)."""
 
 
-def _history(spark, path: str, limit: int | None) -> tuple[list[CommitInfo], int]:
-    """Our commits among the newest `limit` (all: None), newest first, and how many commits were read."""
-    from delta.tables import DeltaTable
+def commits(path: str, limit: int | None = None) -> list[CommitInfo]:
+    """Our commits on the table at `path`, newest first ([] if there is no table), among its newest
+    `limit` commits of ours (all: None)."""
+    from itertools import islice
 
-    if not DeltaTable.isDeltaTable(spark, path):
-        return [], 0
-    table = DeltaTable.forPath(spark, path)
-    history = table.history(limit) if limit else table.history()
-    rows = history.select("version", "operation", "userMetadata", "operationMetrics", "timestamp").orderBy(
-        "version", ascending=False)
-    out = []
-    collected = rows.collect()
-    for row in collected:
-        meta = decode_user_metadata(row["userMetadata"])
-        if meta is not None:
-            out.append(CommitInfo(row["version"], row["operation"], meta, dict(row["operationMetrics"] or {}),
-                                  row["timestamp"]))
-    return out, len(collected)
+    from ingest.lake.deltalog import our_commits
+
+    return list(islice(our_commits(path), limit))
 
 
-def commits(spark, path: str, limit: int | None = None) -> list[CommitInfo]:
-    """Our commits on the table at `path`, newest first ([] if there is no table)."""
-    return _history(spark, path, limit)[0]
+def newest_commit(path: str, where: Callable[[dict[str, Any]], bool]) -> CommitInfo | None:
+    """The newest of our commits whose metadata satisfies `where`, read from the newest back: what a
+    batch looks for (its own commit, the newest merge) is nearly always among the last few."""
+    from ingest.lake.deltalog import our_commits
+
+    return next((info for info in our_commits(path) if where(info.metadata)), None)
 
 
-# Pages of history read before reading it all: Delta's history reads one JSON
-# file per commit, and a table synced every minute has thousands of them, while
-# what a batch looks for (its own commit, the newest merge) is nearly always recent.
-HISTORY_PAGES = (25, 250)
-
-
-def newest_commit(spark, path: str, where: Callable[[dict[str, Any]], bool]) -> CommitInfo | None:
-    """The newest of our commits whose metadata satisfies `where`, read page by page from the newest."""
-    for limit in (*HISTORY_PAGES, None):
-        found, read = _history(spark, path, limit)
-        for info in found:
-            if where(info.metadata):
-                return info
-        if limit is None or read < limit:
-            return None  # the whole history was read
-    return None
-
-
-def last_commit(spark, path: str, **match: Any) -> CommitInfo | None:
+def last_commit(path: str, **match: Any) -> CommitInfo | None:
     """The newest of our commits whose metadata has all of `match`, from the Delta log."""
-    return newest_commit(spark, path, lambda meta: all(meta.get(k) == v for k, v in match.items()))
+    return newest_commit(path, lambda meta: all(meta.get(k) == v for k, v in match.items()))
 
 
-def latest(spark, path: str) -> tuple[int, dict[str, str]] | None:
-    """Version and operation metrics of the table's newest commit (None: no table)."""
-    from delta.tables import DeltaTable
+def latest(path: str) -> tuple[int, dict[str, str]] | None:
+    """Version and operation metrics of the table's newest commit, ours or not (None: no table)."""
+    from ingest.lake.deltalog import head_commit
 
-    if not DeltaTable.isDeltaTable(spark, path):
-        return None
-    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
-    return row["version"], dict(row["operationMetrics"] or {})
+    return head_commit(path)
 
 
-def table_version(spark, path: str) -> int | None:
-    head = latest(spark, path)
+def table_version(path: str) -> int | None:
+    head = latest(path)
     return None if head is None else head[0]

@@ -139,8 +139,9 @@ def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[
     spark_home = Path(pyspark.__file__).parent
     conf = {**SERVER_CONF, "spark.pyspark.python": sys.executable, "spark.connect.grpc.binding.port": str(port),
             "spark.connect.grpc.binding.address": "127.0.0.1", **(extra_conf or {})}
+    master = conf.pop("spark.master", None) or os.environ.get("INGEST_SPARK_MASTER", "local[*]")
     cmd = [str(spark_home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-           "--master", os.environ.get("INGEST_SPARK_MASTER", "local[*]"), "--jars", ",".join(jars())]
+           "--master", master, "--jars", ",".join(jars())]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     return [*cmd, "spark-internal"]

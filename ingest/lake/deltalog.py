@@ -142,6 +142,23 @@ def parse_commit(version: int, data: bytes) -> CommitInfo | None:
     return None
 
 
+def head_commit(table_path: str, client: Any = None) -> tuple[int, dict[str, str]] | None:
+    """The newest version and its operation metrics, whoever committed it (None: no table)."""
+    store = log_store(table_path, client)
+    newest = store.newest_version()
+    if newest is None:
+        return None
+    for line in (store.read(version_file(newest)) or b"").splitlines():
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if info is not None:
+            return newest, {k: str(v) for k, v in (info.get("operationMetrics") or {}).items()}
+    return newest, {}
+
+
+def is_delta_table(table_path: str, client: Any = None) -> bool:
+    return log_store(table_path, client).newest_version() is not None
+
+
 def our_commits(table_path: str, client: Any = None) -> Iterator[CommitInfo]:
     """Our commits on the table, newest first, read lazily (nothing when there is no table)."""
     store = log_store(table_path, client)

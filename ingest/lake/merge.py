@@ -72,23 +72,49 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     Creates the table when it does not exist. Safe to repeat: the txn makes a
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
     """
-    from delta.tables import DeltaTable
+    from ingest.lake.deltalog import is_delta_table
 
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(path):
         return append(latest_per_key(changes, keys), path, metadata, txn)
-    before = table_version(spark, path)
+    before = table_version(path)
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before)
-    merger = (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(latest_per_key(changes, keys).alias("s"), plan.on)
-        .whenMatchedUpdate(condition=plan.newer, set=plan.update_set)
-        .whenNotMatchedInsert(values=plan.insert_values)
-    )
+    view = temp_view(latest_per_key(changes, keys))
+    try:
+        with session_txn(spark, metadata, txn):
+            spark.sql(merge_sql(path, view, plan)).collect()
+    finally:
+        spark.catalog.dropTempView(view)
+    return WriteOutcome.after(path, before)
+
+
+def delta_path(path: str) -> str:
+    """A Delta table by path in Spark SQL: delta.`path` (a backtick inside is doubled)."""
+    return "delta." + _col(path)
+
+
+def merge_sql(path: str, view: str, plan: MergePlan) -> str:
+    """MERGE INTO the table at `path` from the temp view `view` (pure): Delta's Python merge builder
+    is not served over Spark Connect here, its SQL is."""
+    def assignments(values: dict[str, str]) -> str:
+        return ", ".join(f"t.{c} = {v}" for c, v in values.items())
+
+    sql = (f"MERGE INTO {delta_path(path)} AS t USING {_col(view)} AS s ON {plan.on} "
+           f"WHEN MATCHED AND {plan.newer} THEN UPDATE SET {assignments(plan.update_set)} "
+           f"WHEN NOT MATCHED THEN INSERT ({', '.join(plan.insert_values)}) "
+           f"VALUES ({', '.join(plan.insert_values.values())})")
     if plan.tombstone_condition:
-        merger = merger.whenNotMatchedBySourceUpdate(condition=plan.tombstone_condition, set=plan.tombstone_set)
-    with session_txn(spark, metadata, txn):
-        merger.execute()
-    return WriteOutcome.after(spark, path, before)
+        sql += (f" WHEN NOT MATCHED BY SOURCE AND {plan.tombstone_condition} "
+                f"THEN UPDATE SET {assignments(plan.tombstone_set or {})}")
+    return sql
+
+
+def temp_view(df) -> str:
+    """Register `df` under a new session-scoped name (dropped by the caller)."""
+    import uuid
+
+    name = f"ingest_{uuid.uuid4().hex}"
+    df.createOrReplaceTempView(name)
+    return name
 
 
 def live_rows(df):

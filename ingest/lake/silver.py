@@ -87,7 +87,7 @@ def truncated_before(spark, path: str) -> int:
     """
     from ingest.lake.commits import newest_commit
 
-    newest = newest_commit(spark, path, lambda meta: "truncated_before" in meta)
+    newest = newest_commit(path, lambda meta: "truncated_before" in meta)
     return int(newest.metadata["truncated_before"] or 0) if newest else 0
 
 
@@ -107,9 +107,9 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     one is remembered in the commit metadata (`truncated_before`) so that older
     changes arriving later stay dead.
     """
-    from delta.tables import DeltaTable
-
     from pyspark.sql import functions as F
+
+    from ingest.lake.merge import delta_path
 
     # One pass over the batch's changes for both questions: any rows to merge, any TRUNCATE.
     seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
@@ -123,12 +123,11 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     if set(keys) <= set(rows.columns) and seen["rows"]:
         outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
     else:  # no change to this table here (bronze may not even have its columns yet)
-        outcome = WriteOutcome(table_version(spark, path), False)
+        outcome = WriteOutcome(table_version(path), False)
     if truncates:
         with session_txn(spark, meta, Txn(f"{app_id}:truncate", 0)):
-            DeltaTable.forPath(spark, path).update(
-                condition=f"{POS} < {cutoff} AND NOT {DELETED}",
-                set={DELETED: "true", POS: f"CAST({cutoff} AS DECIMAL(38,0))"})
+            spark.sql(f"UPDATE {delta_path(path)} SET {DELETED} = true, {POS} = CAST({cutoff} AS DECIMAL(38,0)) "
+                      f"WHERE {POS} < {cutoff} AND NOT {DELETED}").collect()
     return BronzeMerge(outcome, seen["rows"], seen["newest"])
 
 
@@ -162,10 +161,10 @@ class SilverFromBatch:
         snapshot_id = snap.metadata["snapshot_id"]
         # The snapshot's merge and its catch-up are two commits: only a commit made after both
         # (caught_up) proves they are in; a run killed between them redoes both (each is idempotent).
-        if last_commit(spark, path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is None:
+        if last_commit(path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is None:
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
-        bronze_batch = last_commit(spark, self.bronze.path, kind="bronze", batch=batch)
+        bronze_batch = last_commit(self.bronze.path, kind="bronze", batch=batch)
         if bronze_batch is None:
             raise RuntimeError(
                 f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "

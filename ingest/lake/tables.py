@@ -84,15 +84,15 @@ class LakeTable:
         return self.spark.read.format("delta").load(self.path)
 
     def exists(self) -> bool:
-        from delta.tables import DeltaTable
+        from ingest.lake.deltalog import is_delta_table
 
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+        return is_delta_table(self.path)
 
     def last_commit(self, **match: Any) -> CommitInfo | None:
-        return last_commit(self.spark, self.path, **match)
+        return last_commit(self.path, **match)
 
     def version(self) -> int | None:
-        return table_version(self.spark, self.path)
+        return table_version(self.path)
 
 
 class LakeWrite(Protocol):

@@ -63,8 +63,8 @@ class WriteOutcome:
     """Rows the commit wrote (0 when skipped)."""
 
     @classmethod
-    def after(cls, spark, path: str, before: int | None) -> WriteOutcome:
-        head = latest(spark, path)
+    def after(cls, path: str, before: int | None) -> WriteOutcome:
+        head = latest(path)
         if head is None or head[0] == before:
             return cls(before, False, 0)
         return cls(head[0], True, int(head[1].get("numOutputRows", head[1].get("numTargetRowsInserted", 0))))
@@ -89,8 +89,7 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
 
     Safe to repeat: a second call with the same txn adds nothing.
     """
-    spark = df.sparkSession
-    before = table_version(spark, path)
+    before = table_version(path)
     writer = (
         df.write.format("delta")
         .mode("overwrite" if overwrite else "append")
@@ -103,4 +102,4 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
     writer.save(path)
-    return WriteOutcome.after(spark, path, before)
+    return WriteOutcome.after(path, before)

@@ -91,7 +91,7 @@ def test_batch_metadata_mirrors_the_committed_positions(harness, root):
     meta = record.asset_materialization.metadata
     assert (meta["rows_insert"].value, meta["rows_delete"].value, meta["rows_update"].value) == (2, 1, 1)
     assert meta["last_gtid"].value and meta["lag_seconds"].value >= 0
-    committed = last_commit(h.spark, table_location(str(h.lake), "src", "acct", "bronze"), batch=key)
+    committed = last_commit(table_location(str(h.lake), "src", "acct", "bronze"), batch=key)
     assert committed.metadata["end"] == meta["end"].value and committed.metadata["start"] == meta["start"].value
     assert meta["retention_headroom_files"].value >= 0
 

@@ -116,7 +116,7 @@ def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_p
     # batch 1: 300 updates + 201 inserts; batch 2: 100 updates + 51 deletes; each once
     assert bronze.count() == 652 == bronze.select("_pos").distinct().count()
     for key in (batch1.key, batch2.key):
-        assert sum(1 for c in commits(spark, bronze_path) if c.metadata.get("batch") == key) == 1
+        assert sum(1 for c in commits(bronze_path) if c.metadata.get("batch") == key) == 1
     # a stale run of batch 1 after everything: nothing applies twice, silver keeps batch 2's values
     rerun = subprocess.run(cmds[0], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]

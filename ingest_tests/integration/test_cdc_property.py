@@ -50,7 +50,7 @@ def test_random_workload_any_batch_order_converges(spark, root, params, tmp_path
         snapshot(spark, params, t, snaps[t].path)
     from ingest.lake.commits import last_commit
 
-    start = min(BinlogPosition.from_metadata(last_commit(spark, s.path, kind="snapshot").metadata["log_start"])
+    start = min(BinlogPosition.from_metadata(last_commit(s.path, kind="snapshot").metadata["log_start"])
                 for s in snaps.values())
     bounds = [start]
     with root.cursor() as cur:

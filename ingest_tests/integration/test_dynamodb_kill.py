@@ -125,7 +125,7 @@ def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_ba
     outcomes = [(r.wait(600), log.read_text()) for r, log in zip(racers, logs)]
     assert any(code == 0 for code, _ in outcomes), outcomes[0][1][-3000:]
     bronze_path = h.path(table, "bronze")
-    assert sum(1 for c in commits(spark, bronze_path) if c.metadata.get("batch") == "00000001") == 1
+    assert sum(1 for c in commits(bronze_path) if c.metadata.get("batch") == "00000001") == 1
     run = subprocess.run(batch("00000002"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     bronze = spark.read.format("delta").load(bronze_path)

@@ -1,6 +1,6 @@
 """Reconciliation of silver with the source, through the asset check."""
 
-from delta.tables import DeltaTable
+from ingest.lake.merge import delta_path
 from dagster import DagsterInstance
 
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
@@ -27,10 +27,10 @@ def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_chan
     assert passed.metadata["source_rows"].value == 5000 - 21 + 1
     assert passed.metadata["recently_changed_keys"].value == 3
 
-    silver = DeltaTable.forPath(spark, h.silver_path("r"))  # hand edits, as a user with write access might
-    silver.update("id = 1500", {"v": "-1"})
-    silver.update("id = 4321", {"_deleted": "true"})
-    silver.delete("id = 4322")
+    silver = delta_path(h.silver_path("r"))  # hand edits, as a user with write access might
+    spark.sql(f"UPDATE {silver} SET v = -1 WHERE id = 1500")
+    spark.sql(f"UPDATE {silver} SET _deleted = true WHERE id = 4321")
+    spark.sql(f"DELETE FROM {silver} WHERE id = 4322")
     failed = h.check("r")
     assert not failed.passed
     ranges = failed.metadata["ranges"].value

@@ -43,7 +43,7 @@ def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_
     progress = snapshot(spark, params, "big", path, chunk_size=20_000, parallelism=2, chunks_per_commit=4)
     assert progress.chunks_total == 10 and progress.waves_committed == [0, 1, 2]
     # each wave is one commit carrying its positions; the chunks are read by 2 Spark partitions
-    ours = commits(spark, path)
+    ours = commits(path)
     assert [c.metadata["wave"] for c in ours] == [2, 1, 0]
     assert all(c.metadata["log_start"] == progress.log_start.to_metadata() for c in ours)
     df = spark.read.format("delta").load(path)
@@ -173,4 +173,4 @@ def test_ddl_during_a_snapshot_restarts_it_with_the_new_shape(spark, mariadb, da
         names = [d[0] for d in cur.description]
         assert df.columns == [*names, "_pos"]  # the new shape only: no column of the old one is left
         assert sorted(tuple(r) for r in df.select(*names).collect()) == sorted(cur.fetchall())
-    assert last_commit(spark, path, kind="snapshot").metadata["snapshot_id"] == progress.snapshot_id
+    assert last_commit(path, kind="snapshot").metadata["snapshot_id"] == progress.snapshot_id

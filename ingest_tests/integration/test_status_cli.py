@@ -22,7 +22,7 @@ def test_status_shows_the_committed_position_lag_and_headroom_from_the_delta_log
         cur.execute("UPDATE st SET v = 1")
     batch = h.sync()
     end = BinlogPosition.from_metadata(
-        last_commit(spark, table_location(str(lake), "src", "st", "bronze"), kind="bronze").metadata["end"])
+        last_commit(table_location(str(lake), "src", "st", "bronze"), kind="bronze").metadata["end"])
     with root.cursor() as cur:
         cur.execute("UPDATE st SET v = 2 WHERE id = 1")  # not synced: the head moves past the committed end
         cur.execute("SHOW MASTER STATUS")

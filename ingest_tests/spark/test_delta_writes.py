@@ -22,25 +22,20 @@ def test_position_is_read_back_from_the_delta_log(spark, tmp_path):
     append(df, path, {"kind": "other"}, Txn("b", 0))
     # a commit that is not ours (no marker) is ignored
     df.write.format("delta").mode("append").option("userMetadata", '{"hand": "edit"}').save(path)
-    got = last_commit(spark, path, kind="snapshot")
+    got = last_commit(path, kind="snapshot")
     assert got.metadata["log_start"] == {"file": "b.000001", "pos": 4} and got.version == 0
-    assert [c.version for c in commits(spark, path)] == [1, 0]
-    assert last_commit(spark, str(tmp_path / "missing")) is None
+    assert [c.version for c in commits(path)] == [1, 0]
+    assert last_commit(str(tmp_path / "missing")) is None
 
 
-def test_commit_lookups_read_history_page_by_page_and_reach_the_oldest(spark, tmp_path, monkeypatch):
-    from ingest.lake import commits as commits_module
+def test_commit_lookups_find_the_newest_and_reach_back_past_checkpoints(spark, tmp_path):
+    from ingest.lake.deltalog import LOG_DIR
 
-    monkeypatch.setattr(commits_module, "HISTORY_PAGES", (2, 5))
     path = str(tmp_path / "t")
     df = spark.createDataFrame([(1,)], "id int")
-    for n in range(8):
+    for n in range(12):
         append(df, path, {"kind": "bronze", "batch": n}, Txn(f"b{n}", 0))
-    reads = []
-    real = commits_module._history
-    monkeypatch.setattr(commits_module, "_history", lambda s, p, limit: reads.append(limit) or real(s, p, limit))
-    assert last_commit(spark, path, batch=7).version == 7 and reads == [2]
-    reads.clear()
-    assert last_commit(spark, path, batch=0).version == 0 and reads == [2, 5, None]  # the whole history at last
-    reads.clear()
-    assert last_commit(spark, path, batch=99) is None and reads == [2, 5, None]
+    assert (tmp_path / "t" / LOG_DIR / "_last_checkpoint").exists()  # Delta wrote a checkpoint on the way
+    assert last_commit(path, batch=11).version == 11
+    assert last_commit(path, batch=0).version == 0  # the JSON of a commit before the checkpoint is still read
+    assert last_commit(path, batch=99) is None

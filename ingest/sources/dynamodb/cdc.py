@@ -64,14 +64,14 @@ class StreamBatchWrite:
         from ingest.sources.dynamodb.streams import read_stream_batch, stream_of
         from ingest.sources.dynamodb.types import TableTypes
 
-        committed = last_commit(spark, path, kind="bronze", batch=self.batch_key)
+        committed = last_commit(path, kind="bronze", batch=self.batch_key)
         if committed is not None:
             log(f"bronze {self.source}/{self.table} batch {self.batch_key}: already committed; nothing read")
             return {"committed": False, "delta_version": committed.version,
                     **{k: committed.metadata[k] for k in ("start", "end", "records") if k in committed.metadata}}
         n = batch_ordinal(self.batch_key)
-        previous = None if n == 1 else last_commit(spark, path, kind="bronze", batch=batch_key(n - 1))
-        snap = last_commit(spark, sibling_location(path, SNAPSHOT), kind="snapshot", complete=True)
+        previous = None if n == 1 else last_commit(path, kind="bronze", batch=batch_key(n - 1))
+        snap = last_commit(sibling_location(path, SNAPSHOT), kind="snapshot", complete=True)
         start = choose_start(
             self.source, self.table, self.batch_key,
             StreamCheckpoint.from_metadata(previous.metadata["end"]) if previous else None,

@@ -145,7 +145,7 @@ class ScanSnapshotWrite:
         stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
         fingerprint = types.fingerprint()
-        last = last_commit(spark, path, kind="snapshot")
+        last = last_commit(path, kind="snapshot")
         resume = resumable(last.metadata if last else None, fingerprint, self.segments)
         if resume and StreamCheckpoint.from_metadata(resume["stream_positions"]).stream_arn != stream_arn:
             resume = None  # the stream was replaced mid-snapshot: its positions no longer apply
@@ -155,7 +155,7 @@ class ScanSnapshotWrite:
             log(f"resuming snapshot {snapshot_id} of {self.table}: {len(done)}/{self.segments} segments committed")
         else:
             snapshot_id, done, wave_no = uuid.uuid4().hex[:12], [], 0
-            bronze = last_commit(spark, sibling_location(path, BRONZE), kind="bronze")
+            bronze = last_commit(sibling_location(path, BRONZE), kind="bronze")
             anchor = StreamCheckpoint.from_metadata(bronze.metadata["end"]) if bronze else None
             listing = describe_stream(self.settings.streams(), stream_arn, self.table, self.source).shards
             positions = snapshot_checkpoint(stream_arn, listing, anchor, self.table)
@@ -187,4 +187,4 @@ class ScanSnapshotWrite:
                 "seconds": round(seconds, 2), "snapshot_id": snapshot_id, "segments": self.segments,
                 "resumed": bool(resume), "stream_positions": json.loads(positions.to_metadata()),
                 "log_start_pos": str(pos), "key_columns": list(types.key_columns),
-                "delta_version": table_version(spark, path)}
+                "delta_version": table_version(path)}

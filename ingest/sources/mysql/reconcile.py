@@ -116,7 +116,7 @@ def silver_position(spark, silver_path: str, basename: str) -> BinlogPosition | 
     """The position silver has merged up to, from its Delta log (None: no snapshot merged)."""
     from ingest.lake.commits import commits
 
-    history = commits(spark, silver_path)
+    history = commits(silver_path)
     snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)
     if snapshot is None:
         return None

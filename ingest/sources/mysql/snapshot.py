@@ -236,7 +236,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
 
     started = time.monotonic()
     fingerprint = schema.fingerprint()
-    last = last_commit(spark, path, kind="snapshot")
+    last = last_commit(path, kind="snapshot")
     resume = snapshot_state(last.metadata if last else None, fingerprint)
     conn = params.connect()
     try:
@@ -343,7 +343,7 @@ class SnapshotWrite:
             "shape_restarts": progress.shape_restarts,
             "log_start": progress.log_start.to_metadata(),
             "key_columns": list(progress.key_columns),
-            "delta_version": table_version(spark, path),
+            "delta_version": table_version(path),
         }
         if stats["lo"] is not None:
             meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
