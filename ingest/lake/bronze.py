@@ -71,7 +71,7 @@ def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[s
     ]
     arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
     table = pa.Table.from_arrays(arrays, schema=arrow_schema)
-    return spark.createDataFrame(table)
+    return spark.createDataFrame(table, schema=schema)  # with the schema: Connect refuses an empty table without
 
 
 @dataclass(frozen=True)
