@@ -199,7 +199,7 @@ class KillHarness:
         if phase == "bronze":
             return re.compile(rf"bronze src/{TABLE} batch \S+: appending"), self.rng.uniform(0, 2.5)
         if phase == "silver":
-            return re.compile(rf'Started execution of step "src__{TABLE}"'), self.rng.uniform(0, 3.0)
+            return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 3.0)
         which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: committed", rf"silver src/{TABLE}: merged batch"])
         return re.compile(which), 0.0
 
@@ -356,7 +356,7 @@ class SensorRecoveryHarness(KillHarness):
         if point == "after_bronze":
             return re.compile(rf"bronze src/{TABLE} batch \S+: committed"), 0.0
         if point == "mid_silver":
-            return re.compile(rf'Started execution of step "src__{TABLE}"'), self.rng.uniform(0, 2.0)
+            return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 2.0)
         return None, self.rng.uniform(0, 15.0)
 
     def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool) -> bool:

@@ -12,6 +12,8 @@ from dagster import (
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
+from ingest.lake.batchlog import BatchLogWrite
+from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
@@ -75,24 +77,57 @@ def batches_partitions(name: str) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=f"{name}_batches")
 
 
-def changes_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
-                  partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
+def batch_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
+                partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
+    """One step per change batch: read the binlog once, append bronze and merge silver for the tables
+    the batch changed (and only those), then record the batch in the source's batch log. A table
+    without changes gets no commit and no step: a batch costs what its changes cost, not the number
+    of tables (a silver step that merges nothing took 8-18 s per table)."""
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    bronze_out = {t: f"{asset_part(t)}__changes" for t in tables}
+    silver_out = {t: asset_part(t) for t in tables}
+    outs = {"batch_log": AssetOut(
+        key=log_key, io_manager_key="lake", kinds={"delta"}, is_required=False,
+        description="Batch log: one row per complete change batch (its range, the tables it changed and their "
+                    "change counts), committed last. The sensor starts the next batch where the newest ended, and "
+                    "runs a batch that is not logged again before any later one.",
+        metadata={"lake/layer": "batch_log", "source": name})}
+    for t in tables:
+        outs[bronze_out[t]] = AssetOut(
+            key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={"mysql", "delta"}, is_required=False,
+            description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch that changed it, "
+                        "with op, `_pos`, commit time, GTID and the before image of updates.",
+            metadata={"lake/layer": "bronze", "source": name, "table": t})
+        outs[silver_out[t]] = AssetOut(
+            key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
+            description=(f"Current state of `{source.database}.{t}`: the latest snapshot, then each change batch "
+                         "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
+                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
+            metadata={"lake/layer": "silver", "source": name, "table": t})
+
     @multi_asset(
-        name=f"{name}_changes",
-        outs={asset_part(t): AssetOut(key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={"mysql", "delta"},
-                          description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch, "
-                                      "with op, `_pos`, commit time, GTID and the before image of updates.",
-                          metadata={"lake/layer": "bronze", "source": name, "table": t})
-              for t in tables},
+        name=f"{name}_batch",
+        outs=outs,
         partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(),
+        can_subset=True,
+        deps=[table_key(name, t, "snapshot") for t in tables],
+        internal_asset_deps={
+            **{bronze_out[t]: set() for t in tables},
+            **{silver_out[t]: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t in tables},
+            "batch_log": {table_key(name, t) for t in tables},
+        },
         required_resource_keys={"lake"},
         group_name=name,
-        description=f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables "
-                    f"of source {name}; the partition key is the binlog range [start, end).",
+        description=f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables of "
+                    f"source {name}, appends bronze and merges silver for the tables it changed, and records the "
+                    "batch in the batch log; the partition key is the binlog range [start, end).",
     )
-    def _changes(context: AssetExecutionContext):
+    def _batch(context: AssetExecutionContext):
+        lake = context.resources.lake
+        selected = context.op_execution_context.selected_output_names
         params = connection_params(source)
+        reads = any(bronze_out[t] in selected for t in tables)
 
         def read(batch: str):
             with params.connect() as conn:
@@ -108,18 +143,49 @@ def changes_asset(name: str, source: MySQLSource, tables: list[str], config: Sou
             return read_change_batch(params, name, batch, keys, all_tables=tables,
                                      previous_server_id=last_server_id(context.instance, name, tables))
 
-        # A partition range (one run under the single-run backfill policy) commits each batch as it
-        # reads it, so memory holds one batch; the last one goes out through the outputs.
+        def steps(batch: str):
+            """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log."""
+            if reads:
+                writes = retry_batch_read(lambda: read(batch), name, batch, params)
+                changed = {t: w for t, w in writes.items() if w.records}
+            else:  # silver alone (rebuilt from the lake): the batch's bronze commits say what it changed
+                changed = {t: None for t in tables
+                           if last_commit(lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch)}
+            for t, write in changed.items():
+                if write is not None and bronze_out[t] in selected:
+                    yield bronze_out[t], table_key(name, t, CHANGES), write
+            for t in tables:
+                # a table the batch did not change still merges its snapshot once it has a new one
+                if silver_out[t] in selected and (t in changed or needs_snapshot_merge(lake, name, t)):
+                    yield silver_out[t], table_key(name, t), SilverFromBatch(
+                        name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
+                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))),
+                        batch_required=t in changed)
+            if reads and "batch_log" in selected:
+                first = next(iter(writes.values()))
+                yield "batch_log", log_key, BatchLogWrite(
+                    name, None, batch, first.positions["start"], first.positions["end"],
+                    {t: len(w.records) for t, w in changed.items()}, extra={"server_id": first.positions["server_id"]})
+
+        # A partition range (one run under the single-run backfill policy) commits each batch before
+        # reading the next, so memory holds one batch; the last one goes out through the outputs.
         *earlier, last = sorted(context.partition_keys)
         for batch in earlier:
-            writes = retry_batch_read(lambda: read(batch), name, batch, params)
-            for table in tables:
-                context.resources.lake.write(table_key(name, table, CHANGES), writes[table], context.log.info)
-        writes = retry_batch_read(lambda: read(last), name, last, params)
-        for table in tables:
-            yield Output(writes[table], output_name=asset_part(table), metadata={"batches": len(earlier) + 1})
+            for _, key, write in steps(batch):
+                lake.write(key, write, context.log.info)
+        for output, _, write in steps(last):
+            yield Output(write, output_name=output, metadata={"batches": len(earlier) + 1})
 
-    return _changes
+    return _batch
+
+
+def needs_snapshot_merge(lake, name: str, table: str) -> bool:
+    """Whether the table's newest finished snapshot is not yet in silver (read from the Delta logs)."""
+    snap = last_commit(lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
+    if snap is None or not snap.metadata.get("complete"):
+        return False
+    return last_commit(lake.path_for(table_key(name, table)), kind="silver", snapshot_id=snap.metadata["snapshot_id"],
+                       caught_up=True) is None
 
 
 def latest_materialization(instance, key: AssetKey):
@@ -138,8 +204,8 @@ def latest_metadata(instance, key: AssetKey) -> dict:
 
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     """The server_id recorded by the newest change batch of the source, if any."""
-    for t in tables:
-        recorded = latest_metadata(instance, table_key(name, t, CHANGES)).get("server_id")
+    for key in [AssetKey([name, SOURCE_BATCH_LOG]), *(table_key(name, t, CHANGES) for t in tables)]:
+        recorded = latest_metadata(instance, key).get("server_id")
         if recorded is not None:
             return int(recorded.value)
     return None
@@ -235,7 +301,7 @@ def default_lake_root() -> str:
 
 def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> list[SourceDefs]:
     """Per source its assets, sensor and checks; `lake_root` is where the sensors read batch logs."""
-    from ingest.defs.batches import batch_log_asset, contiguity_check
+    from ingest.defs.batches import contiguity_check
     from ingest.defs.checks import batch_checks, compare_binlog
     from ingest.defs.dynamodb import build_dynamodb_defs
     from ingest.defs.sensors import binlog_sensor
@@ -253,13 +319,9 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
             raise ConfigError(f"{config.path}: sources.{name}.tables: a table named {SOURCE_BATCH_LOG!r} would share "
                               "its asset key and lake folder with the source's batch log. Fix: exclude it")
         partitions = batches_partitions(name)
-        assets: list[AssetsDefinition] = []
-        for table in tables:
-            assets += [snapshot_asset(name, source, table, config),
-                       silver_asset(name, table, partitions, f"`{source.database}.{table}`")]
-        assets.append(changes_asset(name, source, tables, config, partitions))
+        assets: list[AssetsDefinition] = [snapshot_asset(name, source, table, config) for table in tables]
+        assets.append(batch_asset(name, source, tables, config, partitions))
         log_key = AssetKey([name, SOURCE_BATCH_LOG])
-        assets.append(batch_log_asset(log_key, name, None, tables, partitions, table_key, str, name))
         out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions, lake_root),
                               [contiguity_check(log_key, BinlogPosition.from_metadata, compare_binlog, str),
                                *(c for t in tables

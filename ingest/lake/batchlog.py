@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.lake.commits import Txn
@@ -70,6 +70,8 @@ class BatchLogWrite:
     start: Any
     end: Any
     tables: dict[str, int]
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Figures for the UI only (e.g. the source's server_id)."""
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.write import append
@@ -86,4 +88,5 @@ class BatchLogWrite:
         log(f"batch log {scope}: batch {self.batch} complete"
             + ("" if outcome.committed else " (already logged)"))
         return {"batch": self.batch, "start": self.start, "end": self.end, "tables_changed": len(self.tables),
-                "rows": sum(self.tables.values()), "committed": outcome.committed, "delta_version": outcome.version}
+                "rows": sum(self.tables.values()), "committed": outcome.committed, "delta_version": outcome.version,
+                **self.extra}

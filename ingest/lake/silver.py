@@ -143,6 +143,8 @@ class SilverFromBatch:
     table: str
     bronze: LakeTable
     snapshot: LakeTable
+    batch_required: bool = True
+    """False: the batch did not change this table; only bring its newest snapshot in (and catch up)."""
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -150,6 +152,7 @@ class SilverFromBatch:
         from ingest.lake.commits import last_commit
 
         batch = self.bronze.partition
+        log(f"silver {self.source}/{self.table} batch {batch}: merging")
         snap = self.snapshot.last_commit(kind="snapshot")
         if snap is None or not snap.metadata.get("complete"):
             # A table created after CDC started (the sensor asks for its snapshot), or one whose
@@ -165,6 +168,9 @@ class SilverFromBatch:
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
         bronze_batch = last_commit(self.bronze.path, kind="bronze", batch=batch)
+        if bronze_batch is None and not self.batch_required:
+            return {**row_counts(spark.read.format("delta").load(path)), "batch": batch, "rows": 0,
+                    "snapshot_id": snapshot_id}
         if bronze_batch is None:
             raise RuntimeError(
                 f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "

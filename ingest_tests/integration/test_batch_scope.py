@@ -1,0 +1,47 @@
+"""A change batch touches only the tables it changed: no commit, no step for the others."""
+
+from dagster import DagsterEventType, DagsterInstance
+
+from ingest.lake.batchlog import logged_batches
+from ingest.lake.commits import table_version
+from ingest.lake.tables import source_batch_log_location, table_location
+from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+
+TABLES = ["quiet_a", "busy", "quiet_b"]
+
+
+def test_a_batch_with_changes_in_one_table_commits_nothing_to_the_others(spark, root, mariadb, database, tmp_path):
+    with root.cursor() as cur:
+        for t in TABLES:
+            cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_50")
+    h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, TABLES), tmp_path / "lake",
+                   DagsterInstance.ephemeral())
+    h.snapshot()
+    assert h.sync()  # the first batch brings every snapshot into silver, changes or not
+    for t in TABLES:
+        assert len(h.live(t, ["id"])) == 50
+
+    def versions():
+        return {(t, layer): table_version(table_location(str(h.lake), "src", t, layer))
+                for t in TABLES for layer in ("bronze", "silver")}
+
+    before = versions()
+    with root.cursor() as cur:
+        cur.execute("UPDATE busy SET v = -v WHERE id <= 10")
+        cur.execute("DELETE FROM busy WHERE id = 50")
+    key = h.sync()
+    (newest,) = h.instance.get_run_records(limit=1)
+    after = versions()
+    changed = {k for k in after if after[k] != before[k]}
+    assert changed == {("busy", "bronze"), ("busy", "silver")}, changed
+    # the run materialized bronze and silver of `busy` and the batch log, nothing of the quiet tables
+    records = h.instance.get_records_for_run(newest.dagster_run.run_id,
+                                             of_type=DagsterEventType.ASSET_MATERIALIZATION).records
+    materialized = {r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records}
+    assert materialized == {"src/busy/changes", "src/busy", "src/_batch_log"}, materialized
+    (entry, *_) = logged_batches(source_batch_log_location(str(h.lake), "src"))
+    assert entry.batch == key and entry.tables == {"busy": 11}
+    with root.cursor() as cur:
+        cur.execute("SELECT id, v FROM busy")
+        assert h.live("busy", ["id", "v"]) == sorted(cur.fetchall())
