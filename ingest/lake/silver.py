@@ -191,13 +191,21 @@ class SilverFromBatch:
 
     def _catch_up(self, spark: Any, path: str, snap: dict[str, Any], keys: list[str], batch: str, log) -> None:
         """After a snapshot's first merge: every change in bronze since its log start, other
-        batches included, so that batches which ran before the snapshot existed are not lost."""
+        batches included, so that batches which ran before the snapshot existed are not lost.
+        Its commit says `caught_up`; with nothing to catch up on, an empty commit says it, so that a
+        table no batch changes is not merged again at every batch."""
         from pyspark.sql import functions as F
 
-        if not self.bronze.exists():
-            return
-        since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"])) & (F.col("_batch") != batch))
+        from ingest.lake.write import append
+
         meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap["log_start"],
                 "snapshot_id": snap["snapshot_id"], "caught_up": True}
-        merge_bronze(spark, path, since, keys, meta, f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}")
+        app_id = f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}"
+        merged = None
+        if self.bronze.exists():
+            since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"]))
+                                           & (F.col("_batch") != batch))
+            merged = merge_bronze(spark, path, since, keys, meta, app_id)
+        if merged is None or not merged.changes:
+            append(spark.read.format("delta").load(path).limit(0), path, meta, Txn(app_id, 0))
         log(f"silver {self.source}/{self.table}: caught up on bronze since {snap['log_start']}")
