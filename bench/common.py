@@ -27,6 +27,8 @@ class Result:
     higher_is_better: bool = True
     target: float | None = None
     """The least acceptable ratio (or, when lower is better, the most), from the benchmarks issue."""
+    limit: float | None = None
+    """An absolute target for `ours` instead (at most this, in `unit`)."""
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -35,6 +37,8 @@ class Result:
 
     @property
     def meets_target(self) -> bool | None:
+        if self.limit is not None:
+            return self.ours <= self.limit
         if self.target is None:
             return None
         return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
@@ -42,7 +46,9 @@ class Result:
     def line(self) -> str:
         text = (f"{self.name}: ours {fmt(self.ours)} {self.unit}, baseline {self.baseline_name} "
                 f"{fmt(self.baseline)} {self.unit}, ratio {self.ratio:.2f}")
-        if self.target is not None:
+        if self.limit is not None:
+            text += f"  [target ours <= {self.limit:g} {self.unit}: {'met' if self.meets_target else 'NOT met'}]"
+        elif self.target is not None:
             sign = ">=" if self.higher_is_better else "<="
             text += f"  [target {sign} {self.target:g}: {'met' if self.meets_target else 'NOT met'}]"
         return text

@@ -31,11 +31,11 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 # rows with one of `memory_large` rows, each in a fresh process.
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
-              "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000},
+              "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
-             "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000},
+             "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100},
 }
-BENCHMARKS = ("snapshot", "cdc", "memory", "freshness", "dynamodb")
+BENCHMARKS = ("snapshot", "cdc", "memory", "freshness", "dynamodb", "batch")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.only or BENCHMARKS
     out_path = args.json or BENCH_DIR / "out" / f"{mode}.json"
 
+    from ingest.lake.connect import start_local, stop_local
     from ingest.lake.spark import spark_session
     from ingest.localdev.mariadb import MariaDBServer
     from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench import mysql_bench
 
         params = mysql_bench.setup_database(server)
+        # one Spark Connect server for the run and every process it starts, warm before anything is timed
+        spark_state = start_local(work / "spark")
+        os.environ["INGEST_SPARK_REMOTE"] = spark_state.url
         spark = spark_session()
         lake = work / "lake"
         for name in chosen:
@@ -98,12 +102,17 @@ def main(argv: list[str] | None = None) -> int:
                 got = freshness_bench(server, params, work, sizes["freshness_seconds"], log)
             elif name == "cdc":
                 got = mysql_bench.cdc_bench(spark, server, params, lake, sizes["cdc_events"], log=log)
+            elif name == "batch":
+                from bench.batch_bench import batch_bench
+
+                got = batch_bench(server, params, work, sizes["tables"], log)
             else:
                 continue
             for result in got:
                 print(result.line(), flush=True)
             results.extend(got)
     finally:
+        stop_local(work / "spark")
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     out_path.parent.mkdir(parents=True, exist_ok=True)

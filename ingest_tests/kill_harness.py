@@ -290,6 +290,9 @@ class SensorTrial(Trial):
     recovered_by: str = ""
     """The run that completed the killed run's batch (launched by the sensor)."""
 
+    def line(self) -> str:
+        return super().line() + f" recovered by {self.recovered_by[:8] or 'NONE'}"
+
 
 class SensorRecoveryHarness(KillHarness):
     """Trials where a batch run that the daemon's sensor launched is killed (SIGKILL of its run worker

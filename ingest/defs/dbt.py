@@ -137,7 +137,11 @@ def build_dbt_assets(config: SourcesConfig, lake_root: str, spark_master: str,
             raise Failure(f"dbt reads silver tables that have no data yet: {', '.join(missing)}. Fix: materialize "
                           "their snapshot and silver assets first (or let the sensor do it), then run dbt again")
         catalog.mkdir(parents=True, exist_ok=True)
-        # dbt's subprocess inherits this process's environment; its profile reads these.
+        # dbt's subprocess inherits this process's environment; its profile reads these. dbt-spark's
+        # session method builds a classic session, which pyspark refuses once this process made a
+        # Connect session (that sets SPARK_CONNECT_MODE_ENABLED): dbt runs its own Spark.
+        for connect_mode in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
+            os.environ.pop(connect_mode, None)
         os.environ.update({"INGEST_SPARK_JARS": ",".join(delta_jars()), "INGEST_SPARK_MASTER": spark_master,
                            "INGEST_CATALOG_DIR": str(catalog), "INGEST_LAKE_ROOT": lake_root})
         yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()

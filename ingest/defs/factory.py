@@ -15,7 +15,7 @@ from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfi
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch
-from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, asset_part
+from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
@@ -143,6 +143,9 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
             return read_change_batch(params, name, batch, keys, all_tables=tables,
                                      previous_server_id=last_server_id(context.instance, name, tables))
 
+        # a backfill asks for every selected table: the ones a batch did not change are reported unchanged
+        report_unchanged = "dagster/backfill" in context.run.tags
+
         def steps(batch: str):
             """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log."""
             if reads:
@@ -151,16 +154,22 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
             else:  # silver alone (rebuilt from the lake): the batch's bronze commits say what it changed
                 changed = {t: None for t in tables
                            if last_commit(lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch)}
-            for t, write in changed.items():
-                if write is not None and bronze_out[t] in selected:
-                    yield bronze_out[t], table_key(name, t, CHANGES), write
             for t in tables:
+                if bronze_out[t] in selected and changed.get(t) is not None:
+                    yield bronze_out[t], table_key(name, t, CHANGES), changed[t]
+                elif bronze_out[t] in selected and report_unchanged:
+                    yield bronze_out[t], table_key(name, t, CHANGES), Unchanged(batch)
+            for t in tables:
+                if silver_out[t] not in selected:
+                    continue
                 # a table the batch did not change still merges its snapshot once it has a new one
-                if silver_out[t] in selected and (t in changed or needs_snapshot_merge(lake, name, t)):
+                if t in changed or needs_snapshot_merge(lake, name, t):
                     yield silver_out[t], table_key(name, t), SilverFromBatch(
                         name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
                         LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))),
                         batch_required=t in changed)
+                elif report_unchanged:
+                    yield silver_out[t], table_key(name, t), Unchanged(batch)
             if reads and "batch_log" in selected:
                 first = next(iter(writes.values()))
                 yield "batch_log", log_key, BatchLogWrite(

@@ -25,8 +25,6 @@ DELETED = "_deleted"
 class MergePlan:
     on: str
     newer: str
-    update_set: dict[str, str]
-    insert_values: dict[str, str]
     tombstone_condition: str | None
     tombstone_set: dict[str, str] | None
 
@@ -47,13 +45,12 @@ def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_be
     if missing:
         raise ValueError(f"merge columns lack {missing}")
     on = " AND ".join(f"t.{_col(k)} <=> s.{_col(k)}" for k in keys)
-    assign = {_col(c): f"s.{_col(c)}" for c in columns}
     tomb_cond = tomb_set = None
     if tombstone_before is not None:
         p = int(tombstone_before)
         tomb_cond = f"t.{POS} < {p} AND NOT t.{DELETED}"
         tomb_set = {DELETED: "true", POS: f"CAST({p} AS DECIMAL(38,0))"}
-    return MergePlan(on, f"s.{POS} > t.{POS}", assign, dict(assign), tomb_cond, tomb_set)
+    return MergePlan(on, f"s.{POS} > t.{POS}", tomb_cond, tomb_set)
 
 
 def latest_per_key(df, keys: Sequence[str]):
@@ -94,14 +91,15 @@ def delta_path(path: str) -> str:
 
 def merge_sql(path: str, view: str, plan: MergePlan) -> str:
     """MERGE INTO the table at `path` from the temp view `view` (pure): Delta's Python merge builder
-    is not served over Spark Connect here, its SQL is."""
+    is not served over Spark Connect here, its SQL is. The update and insert take every source
+    column (`*`): that is the plan's assignment, and only `*` lets schema evolution add a column the
+    source gained (an explicit `t.new = s.new` fails on a column the target lacks)."""
     def assignments(values: dict[str, str]) -> str:
         return ", ".join(f"t.{c} = {v}" for c, v in values.items())
 
     sql = (f"MERGE INTO {delta_path(path)} AS t USING {_col(view)} AS s ON {plan.on} "
-           f"WHEN MATCHED AND {plan.newer} THEN UPDATE SET {assignments(plan.update_set)} "
-           f"WHEN NOT MATCHED THEN INSERT ({', '.join(plan.insert_values)}) "
-           f"VALUES ({', '.join(plan.insert_values.values())})")
+           f"WHEN MATCHED AND {plan.newer} THEN UPDATE SET * "
+           f"WHEN NOT MATCHED THEN INSERT *")
     if plan.tombstone_condition:
         sql += (f" WHEN NOT MATCHED BY SOURCE AND {plan.tombstone_condition} "
                 f"THEN UPDATE SET {assignments(plan.tombstone_set or {})}")

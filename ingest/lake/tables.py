@@ -105,6 +105,17 @@ class LakeWrite(Protocol):
 
 
 @dataclass(frozen=True)
+class Unchanged:
+    """No write: the batch did not change this table. Only a backfill reports it (Dagster marks a
+    requested partition that was not materialized as failed); a sensor's batch leaves the table out."""
+
+    batch: str
+
+    def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        return {"batch": self.batch, "rows": 0, "committed": False, "unchanged": True}
+
+
+@dataclass(frozen=True)
 class InOrder:
     """Several writes to one table applied one after another: the batches of a partition range
     run as one Dagster run (`--partition-range`, or a backfill under a single-run policy).

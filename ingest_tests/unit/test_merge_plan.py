@@ -9,8 +9,18 @@ def test_plan_applies_only_newer_changes_and_keeps_tombstones():
     plan = plan_ordered_merge(["a", "b"], ["a", "b", "v", "_pos", "_deleted"])
     assert plan.on == "t.`a` <=> s.`a` AND t.`b` <=> s.`b`"
     assert plan.newer == "s._pos > t._pos"
-    assert plan.update_set["`_deleted`"] == "s.`_deleted`"
     assert plan.tombstone_condition is None
+
+
+def test_merge_sql_updates_newer_rows_inserts_new_keys_and_tombstones_by_source():
+    from ingest.lake.merge import merge_sql
+
+    plain = merge_sql("/lake/s/t/silver", "v1", plan_ordered_merge(["id"], ["id", "v", "_pos", "_deleted"]))
+    assert plain == ("MERGE INTO delta.`/lake/s/t/silver` AS t USING `v1` AS s ON t.`id` <=> s.`id` "
+                     "WHEN MATCHED AND s._pos > t._pos THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    snap = merge_sql("/p", "v2", plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=7))
+    assert snap.endswith("WHEN NOT MATCHED BY SOURCE AND t._pos < 7 AND NOT t._deleted "
+                         "THEN UPDATE SET t._deleted = true, t._pos = CAST(7 AS DECIMAL(38,0))")
 
 
 def test_plan_with_snapshot_tombstones_only_rows_older_than_the_log_start():
