@@ -360,7 +360,9 @@ class SensorRecoveryHarness(KillHarness):
             return re.compile(rf"bronze src/{TABLE} batch \S+: committed"), 0.0
         if point == "mid_silver":
             return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 2.0)
-        return None, self.rng.uniform(0, 15.0)
+        # cancel: stuck somewhere in the bronze append or the silver merge (a warm batch takes seconds)
+        which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: appending", rf"silver src/{TABLE} batch \S+: merging"])
+        return re.compile(which), self.rng.uniform(0, 0.5)
 
     def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool) -> bool:
         """Wait for the marker in the run's event log, then SIGKILL (or SIGSTOP and cancel) its worker."""
