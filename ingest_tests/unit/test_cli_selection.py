@@ -60,3 +60,20 @@ def test_the_manifest_is_stale_when_a_model_is_newer(tmp_path):
     os.utime(model, None)
     os.utime(manifest, (1, 1))
     assert manifest_is_stale(tmp_path, manifest)
+
+
+def test_a_backfill_of_every_table_records_its_batches_and_one_of_a_few_tables_does_not():
+    from ingest.cli import backfill_targets
+
+    config = parse_config({"sources": {
+        "shop": {"host": "h", "user": "u", "password_env": "P", "database": "d",
+                 "tables": {"include": ["a", "b"]}},
+        "ev": {"kind": "dynamodb", "region": "eu-west-1", "tables": ["orders", "users"]}}})
+    keys, partitioned = backfill_targets(config, "shop", None)
+    assert ["shop", "_batch_log"] in keys and partitioned == ["shop", "a", "changes"]
+    # silver of one table only: the batch is not complete, so it is not logged
+    keys, _ = backfill_targets(config, "shop", ["a"])
+    assert ["shop", "_batch_log"] not in keys and ["shop", "b", "changes"] in keys and ["shop", "b"] not in keys
+    keys, partitioned = backfill_targets(config, "ev", ["users"])
+    assert keys == [["ev", "users", "changes"], ["ev", "users"], ["ev", "users", "batch_log"]]
+    assert partitioned == ["ev", "users", "changes"]

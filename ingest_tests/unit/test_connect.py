@@ -1,0 +1,30 @@
+"""Spark Connect set-up that needs no server: version checks and the server's command line."""
+
+import pyspark
+import pytest
+
+from ingest.lake.connect import SparkUnavailable, check_versions, server_command
+
+
+def test_a_server_of_another_spark_or_delta_is_refused_naming_both_versions():
+    url = "sc://10.0.0.5:15002"
+    check_versions(url, pyspark.__version__, "/opt/jars/delta-spark_4.2_2.13-4.4.0.jar,/opt/jars/x.jar")
+    check_versions(url, pyspark.__version__, "")  # jars on the server's classpath: taken as they are
+    with pytest.raises(SparkUnavailable, match=rf"runs Spark 3\.5\.1, this client pyspark {pyspark.__version__}"):
+        check_versions(url, "3.5.1", "")
+    with pytest.raises(SparkUnavailable, match=r"has delta-spark 4\.3\.0, this client expects 4\.4\.0.*Fix:"):
+        check_versions(url, pyspark.__version__, "/j/delta-spark_4.2_2.13-4.3.0.jar")
+
+
+def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_chosen_master(tmp_path, monkeypatch):
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    monkeypatch.setenv("INGEST_JARS_DIR", str(jars))
+    cmd = server_command(15099, {"spark.master": "local[2]"})
+    conf = dict(c.split("=", 1) for c in cmd[cmd.index("--jars") + 2:-1] if "=" in c)
+    assert cmd[cmd.index("--master") + 1] == "local[2]" and "spark.master" not in conf
+    assert conf["spark.connect.grpc.binding.port"] == "15099"
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert cmd[-1] == "spark-internal"
