@@ -217,6 +217,13 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
     url = url or remote_url()
     if url is None:
         url = start_local(extra_conf=extra_conf).url
+    host, port = _host_port(url)
+    try:  # the Connect client retries a refused connection for minutes; say it now
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as exc:
+        raise SparkUnavailable(
+            f"no Spark Connect server answers at {url} ({exc}). Fix: start it (`ingest spark start` for the local "
+            "one), or point INGEST_SPARK_REMOTE / spark.remote in the sources file at a running server") from None
     try:
         session = SparkSession.builder.remote(url).getOrCreate()
         server_version = session.version
@@ -227,6 +234,16 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
             "in the sources file at a running server") from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
     return session
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    """`sc://host:port/;params` -> (host, port); Spark Connect's default port is 15002 (pure)."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url.replace("sc://", "http://", 1).split(";", 1)[0])
+    if url[:5] != "sc://" or not parsed.hostname:
+        raise SparkUnavailable(f"not a Spark Connect URL: {url!r} (want sc://host:port)")
+    return parsed.hostname, parsed.port or 15002
 
 
 def check_versions(url: str, server_version: str, server_jars: str) -> None:

@@ -28,3 +28,17 @@ def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_ch
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert cmd[-1] == "spark-internal"
+
+
+def test_an_unreachable_server_fails_at_once_naming_the_url_and_the_fix():
+    import socket
+
+    from ingest.lake.connect import connect
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(SparkUnavailable, match=rf"sc://127\.0\.0\.1:{port}.*ingest spark start"):
+        connect(f"sc://127.0.0.1:{port}")
+    with pytest.raises(SparkUnavailable, match="want sc://host:port"):
+        connect("http://example:1")
