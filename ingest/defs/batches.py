@@ -1,9 +1,11 @@
-"""The batch log assets, their contiguity check, and how sensors re-run incomplete batches.
+"""Batch logs in Dagster: the contiguity check, how sensors re-run incomplete batches, and the batch
+log asset of a DynamoDB table.
 
-Shared by every source kind: a batch log asset runs after the silver steps of
-a batch and records it as complete (ingest/lake/batchlog.py); sensors start the
-next batch only after the last one is logged, and re-run it otherwise (the
-decision is ingest/batches.py).
+A batch is recorded as complete in its batch log (ingest/lake/batchlog.py) after
+its bronze and silver commits: by the MySQL batch step itself (defs/factory.py),
+or for a DynamoDB table by a batch log asset that runs after its silver step.
+Sensors start the next batch only after the last one is logged, and re-run it
+otherwise (the decision is ingest/batches.py).
 """
 
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
@@ -13,12 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dagster import (
-    AssetCheckExecutionContext, AssetCheckKey, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition,
+    AssetCheckExecutionContext, AssetCheckKey, AssetCheckResult, AssetChecksDefinition,
     AssetDep, AssetExecutionContext, AssetKey, AssetObservation, AssetsDefinition, BackfillPolicy,
     DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter, asset, asset_check,
 )
 
-from ingest.batches import Action, FailedRun, RetryDecision, decide_retry
+from ingest.batches import FailedRun, RetryDecision, decide_retry
 from ingest.lake.tables import CHANGES, InOrder
 
 SOURCE_TAG = "ingest/source"
@@ -60,11 +62,11 @@ def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], 
                    table_key: Callable[..., AssetKey]):
     """The batch log write for `batch`, after checking in the Delta logs that every step committed."""
     from ingest.lake.batchlog import BatchLogWrite
-    from ingest.lake.deltalog import newest_commit
+    from ingest.lake.commits import last_commit
 
     positions, changed, missing = None, {}, []
     for t in tables:
-        bronze = newest_commit(lake.path_for(table_key(source, t, CHANGES)), kind="bronze", batch=batch)
+        bronze = last_commit(lake.path_for(table_key(source, t, CHANGES)), kind="bronze", batch=batch)
         if bronze is None:
             missing.append(f"{t}: no bronze commit")
             continue
@@ -73,8 +75,8 @@ def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], 
         if rows == 0:
             continue
         changed[t] = rows
-        merged = newest_commit(lake.path_for(table_key(source, t)), kind="silver", batch=batch)
-        snap = newest_commit(lake.path_for(table_key(source, t, "snapshot")), kind="snapshot")
+        merged = last_commit(lake.path_for(table_key(source, t)), kind="silver", batch=batch)
+        snap = last_commit(lake.path_for(table_key(source, t, "snapshot")), kind="snapshot")
         # without a finished snapshot silver waits; the snapshot's first merge catches up from bronze
         if merged is None and snap is not None and snap.metadata.get("complete"):
             missing.append(f"{t}: {rows} changes in bronze, not merged into silver")

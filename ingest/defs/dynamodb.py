@@ -7,9 +7,10 @@ from dagster import (
     SkipReason, asset, sensor,
 )
 
+from ingest.batches import Action
 from ingest.config import DynamoDBSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, Action, batch_log_asset, batch_request, check_key, contiguity_check, give_up_events,
+    LOOK_BACK, SOURCE_TAG, batch_log_asset, batch_request, check_key, contiguity_check, give_up_events,
     incomplete_batch,
 )
 from ingest.defs.factory import latest_metadata, silver_asset

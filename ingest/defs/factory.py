@@ -14,7 +14,7 @@ from dagster import (
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.commits import last_commit
-from ingest.lake.silver import SilverFromBatch
+from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.positions import BinlogPosition
@@ -193,8 +193,7 @@ def needs_snapshot_merge(lake, name: str, table: str) -> bool:
     snap = last_commit(lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
     if snap is None or not snap.metadata.get("complete"):
         return False
-    return last_commit(lake.path_for(table_key(name, table)), kind="silver", snapshot_id=snap.metadata["snapshot_id"],
-                       caught_up=True) is None
+    return not snapshot_in_silver(lake.path_for(table_key(name, table)), snap.metadata["snapshot_id"])
 
 
 def latest_materialization(instance, key: AssetKey):

@@ -4,7 +4,6 @@
 
 from typing import Any, Optional
 
-from dagster import ConfigurableResource
 from dagster_aws.s3 import S3Resource
 from dagster_aws.utils import ResourceWithBoto3Configuration
 from dagster_pyspark import PySparkResource

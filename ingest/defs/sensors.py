@@ -7,9 +7,10 @@ from dagster import (
     RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor,
 )
 
+from ingest.batches import Action
 from ingest.config import MySQLSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, Action, batch_request, check_key, give_up_events, incomplete_batch,
+    LOOK_BACK, SOURCE_TAG, batch_request, check_key, give_up_events, incomplete_batch,
 )
 from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location

@@ -173,10 +173,3 @@ def our_commits(table_path: str, client: Any = None) -> Iterator[CommitInfo]:
         if info is not None:
             yield info
 
-
-def newest_commit(table_path: str, client: Any = None, **match: Any) -> CommitInfo | None:
-    """The newest of our commits whose metadata has all of `match` (None when there is none)."""
-    for info in our_commits(table_path, client):
-        if all(info.metadata.get(k) == v for k, v in match.items()):
-            return info
-    return None

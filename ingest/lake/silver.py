@@ -17,6 +17,14 @@ class SnapshotNotFinished(RuntimeError):
     pass
 
 
+def snapshot_in_silver(silver_path: str, snapshot_id: str) -> bool:
+    """Whether silver holds the snapshot and its catch-up: the two are separate commits, so only a
+    commit made after both (`caught_up`) proves it; a run killed between them redoes both."""
+    from ingest.lake.commits import last_commit
+
+    return last_commit(silver_path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is not None
+
+
 @dataclass(frozen=True)
 class SilverFromSnapshot:
     """Merge a finished snapshot into silver, each row with its chunk's `_pos`.
@@ -162,9 +170,7 @@ class SilverFromBatch:
             return {"waiting_for_snapshot": True, "batch": batch}
         keys = list(snap.metadata["key_columns"])
         snapshot_id = snap.metadata["snapshot_id"]
-        # The snapshot's merge and its catch-up are two commits: only a commit made after both
-        # (caught_up) proves they are in; a run killed between them redoes both (each is idempotent).
-        if last_commit(path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is None:
+        if not snapshot_in_silver(path, snapshot_id):
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
         bronze_batch = last_commit(self.bronze.path, kind="bronze", batch=batch)

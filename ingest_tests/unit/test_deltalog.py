@@ -3,7 +3,8 @@
 import json
 
 from ingest.lake.commits import Txn, encode_user_metadata
-from ingest.lake.deltalog import newest_commit, our_commits, version_file
+from ingest.lake.commits import last_commit
+from ingest.lake.deltalog import our_commits, version_file
 
 
 def write_log(folder, commits, checkpoint=None):
@@ -25,8 +26,8 @@ def test_newest_first_with_other_writers_commits_left_out(tmp_path):
     found = list(our_commits(str(tmp_path)))
     assert [(c.version, c.metadata["batch"]) for c in found] == [(2, "b"), (0, "a")]
     assert found[0].metrics == {"numOutputRows": "2"}
-    assert newest_commit(str(tmp_path), kind="bronze", batch="a").version == 0
-    assert newest_commit(str(tmp_path), batch="zzz") is None
+    assert last_commit(str(tmp_path), kind="bronze", batch="a").version == 0
+    assert last_commit(str(tmp_path), batch="zzz") is None
 
 
 def test_the_newest_version_is_found_from_the_last_checkpoint_on(tmp_path):
