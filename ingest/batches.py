@@ -63,3 +63,70 @@ def decide_retry(source: str, batch: str, failures: Sequence[FailedRun], now: fl
     return RetryDecision(Action.RUN, attempt, (
         f"batch {batch} of source {source} failed {len(failures)} time(s); running it again "
         f"(attempt {attempt} of {max_attempts})"))
+
+
+# ---------------------------------------------------------------- tables whose snapshot fails
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """Where each table of a MySQL source stands before a batch is planned (see plan_tables)."""
+
+    ready: dict[str, object]
+    """Tables with a usable snapshot: its change-log start."""
+    waiting: list[str]
+    """Tables CDC cannot start without: never snapshotted, or a snapshot still running."""
+    snapshot: list[str]
+    """Tables to snapshot now."""
+    quarantined: dict[str, str]
+    """Tables left out until someone fixes them, with why and how."""
+    messages: list[str]
+
+
+def plan_tables(source: str, starts: dict[str, object], skipped_until: dict[str, object], running: set[str],
+                failures: dict[str, Sequence[FailedRun]], cdc_started: bool, now: float, max_attempts: int,
+                base_seconds: float) -> TablePlan:
+    """Which tables a change batch can rely on, which to snapshot, which to leave out (pure).
+
+    `starts`: each table's newest complete snapshot's log start (None: none yet). `skipped_until`: the end
+    of the newest logged batch that left the table out. `failures`: a table's failed snapshot runs since
+    its last good one.
+
+    A table whose snapshot fails stops only itself: CDC starts (or goes on) for the others, and the
+    failed one is snapshotted again with the batches' backoff, up to `max_attempts`. Its changes are
+    then taken from its own snapshot's log start. A snapshot older than a batch that left the table out
+    is stale (that batch's changes of it are not in bronze): the table is snapshotted again.
+    """
+    ready, waiting, snapshot, quarantined, messages = {}, [], [], {}, []
+    for table in sorted(starts):
+        start, failed = starts[table], list(failures.get(table, ()))
+        stale = start is not None and table in skipped_until and start < skipped_until[table]
+        if start is not None and not stale:
+            ready[table] = start
+            continue
+        if table in running:
+            waiting.append(table)
+            continue
+        if not failed:
+            if cdc_started or stale:
+                snapshot.append(table)
+                if stale:
+                    messages.append(f"{table}: its snapshot predates a batch that left it out "
+                                    f"(until {skipped_until[table]}); snapshotting it again")
+            else:
+                waiting.append(table)
+            continue
+        last = max(failed, key=lambda f: f.ended_at)
+        fix = (f"Fix the cause (a column type: tables.columns.{table}.exclude; a missing primary key), then "
+               f"materialize {source}/{table}/snapshot")
+        if len(failed) >= max_attempts:
+            quarantined[table] = (f"{table}: snapshot failed {len(failed)} times, last in run {last.run_id}: "
+                                  f"{last.error.strip()[:300]}. Left out of change batches. {fix}")
+            continue
+        due = last.ended_at + backoff_seconds(len(failed), base_seconds)
+        quarantined[table] = (f"{table}: snapshot failed (run {last.run_id}: {last.error.strip()[:300]}); "
+                              f"left out of change batches until it succeeds. {fix}")
+        if now >= due:
+            snapshot.append(table)
+            messages.append(f"{table}: snapshotting it again (attempt {len(failed) + 1} of {max_attempts})")
+    return TablePlan(ready, waiting, snapshot, quarantined, messages)

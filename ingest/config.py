@@ -75,6 +75,12 @@ class CdcSettings(BatchRetries):
     """The freshness check fails when the source has changes silver lacks and silver last merged longer ago."""
 
 
+class ColumnSelection(_Model):
+    exclude: list[str] = Field(min_length=1)
+    """Columns left out on both paths (snapshot and binlog), e.g. a GEOMETRY column nobody reads.
+    A name the table does not have is ignored, so a later DROP COLUMN does not break the table."""
+
+
 class TableSelection(_Model):
     include: list[str] = Field(min_length=1)
     """Table names or glob patterns (`orders`, `order_*`). A plain name that does not exist is an error."""
@@ -82,6 +88,12 @@ class TableSelection(_Model):
     """Glob patterns removed from what `include` selects."""
     overrides: dict[str, SnapshotSettings] = {}
     """Per-table snapshot settings, by table name."""
+    columns: dict[str, ColumnSelection] = {}
+    """Per-table column selection, by table name: `{film: {exclude: [location]}}`."""
+
+    def excluded_columns(self, table: str) -> frozenset[str]:
+        selection = self.columns.get(table)
+        return frozenset(selection.exclude) if selection else frozenset()
 
     @field_validator("include", "exclude")
     @classmethod

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from dagster import (
     AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
-    AssetIn, AssetKey, AssetOut, AssetsDefinition, BackfillPolicy, DynamicPartitionsDefinition, Output,
+    AssetIn, AssetKey, AssetObservation, AssetOut, AssetsDefinition, BackfillPolicy, DynamicPartitionsDefinition, Output,
     SensorDefinition, asset, asset_check, multi_asset,
 )
 
@@ -17,6 +17,8 @@ from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
+from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
+from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
 from ingest.sources.mysql.snapshot import SnapshotWrite
@@ -59,17 +61,24 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
             f"primary-key chunks of {settings.chunk_size} rows, each in its own consistent-snapshot "
             "transaction and tagged with its binlog position. Resumes after the last committed chunk."
         ),
-        metadata={"lake/layer": "snapshot", "source": name, "table": table},
+        metadata={"lake/layer": "snapshot", "source": name, "table": table, **excluded_metadata(source, table)},
     )
     def _snapshot(context: AssetExecutionContext) -> SnapshotWrite:
         params = connection_params(source)
         with params.connect() as conn:
-            schema = describe_table(conn, source.database, table, config_ref)
-        context.log.info(f"{table}: {len(schema.columns)} columns, primary key {list(schema.primary_key)}")
+            schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
+        context.log.info(f"{table}: {len(schema.columns)} columns, primary key {list(schema.primary_key)}"
+                         + (f", leaving out {list(schema.excluded)}" if schema.excluded else ""))
         return SnapshotWrite(name, params, schema, settings.chunk_size, settings.parallelism,
                              settings.chunks_per_commit)
 
     return _snapshot
+
+
+def excluded_metadata(source: MySQLSource, table: str) -> dict:
+    """The columns the config leaves out, shown on the table's assets."""
+    excluded = sorted(source.tables.excluded_columns(table))
+    return {"excluded_columns": ", ".join(excluded)} if excluded else {}
 
 
 def batches_partitions(name: str) -> DynamicPartitionsDefinition:
@@ -97,13 +106,13 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
             key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={"mysql", "delta"}, is_required=False,
             description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch that changed it, "
                         "with op, `_pos`, commit time, GTID and the before image of updates.",
-            metadata={"lake/layer": "bronze", "source": name, "table": t})
+            metadata={"lake/layer": "bronze", "source": name, "table": t, **excluded_metadata(source, t)})
         outs[silver_out[t]] = AssetOut(
             key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
             description=(f"Current state of `{source.database}.{t}`: the latest snapshot, then each change batch "
                          "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
                          "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
-            metadata={"lake/layer": "silver", "source": name, "table": t})
+            metadata={"lake/layer": "silver", "source": name, "table": t, **excluded_metadata(source, t)})
 
     @multi_asset(
         name=f"{name}_batch",
@@ -130,27 +139,43 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
         reads = any(bronze_out[t] in selected for t in tables)
 
         def read(batch: str):
+            skipped: dict[str, str] = {}
+            captured = {}
             with params.connect() as conn:
                 existing = set(list_tables(conn, source.database))
-                keys = {t: list(describe_table(conn, source.database, t, f"{config.path}: sources.{name}.tables."
-                                                                         f"include ({t})").primary_key)
-                        for t in tables if t in existing}
+                for t in tables:
+                    if t not in existing:
+                        continue
+                    try:
+                        captured[t] = describe_table(
+                            conn, source.database, t, f"{config.path}: sources.{name}.tables.include ({t})",
+                            source.tables.excluded_columns(t)).captured()
+                    except (NoPrimaryKey, UnsupportedColumnType) as exc:
+                        skipped[t] = str(exc)  # this table waits for a fix; the others go on
             for t in tables:
                 if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
                     recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
                     if recorded:
-                        keys[t] = list(recorded.value)
-            return read_change_batch(params, name, batch, keys, all_tables=tables,
-                                     previous_server_id=last_server_id(context.instance, name, tables))
+                        captured[t] = CapturedTable(tuple(recorded.value), source.tables.excluded_columns(t))
+            return read_change_batch(params, name, batch, captured, all_tables=tables,
+                                     previous_server_id=last_server_id(context.instance, name, tables),
+                                     skipped=skipped)
 
         # a backfill asks for every selected table: the ones a batch did not change are reported unchanged
         report_unchanged = "dagster/backfill" in context.run.tags
 
         def steps(batch: str):
             """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log."""
+            skipped = {}
             if reads:
                 writes = retry_batch_read(lambda: read(batch), name, batch, params)
                 changed = {t: w for t, w in writes.items() if w.records}
+                skipped = writes.skipped
+                for t, reason in skipped.items():
+                    context.log.warning(f"batch {batch}: table {t} left out: {reason}")
+                    quarantined.extend(AssetObservation(asset_key=key, partition=batch, metadata={
+                        "quarantined": reason, "batch": batch}) for key in (table_key(name, t, CHANGES),
+                                                                            table_key(name, t)))
             else:  # silver alone (rebuilt from the lake): the batch's bronze commits say what it changed
                 changed = {t: None for t in tables
                            if last_commit(lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch)}
@@ -174,16 +199,21 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                 first = next(iter(writes.values()))
                 yield "batch_log", log_key, BatchLogWrite(
                     name, None, batch, first.positions["start"], first.positions["end"],
-                    {t: len(w.records) for t, w in changed.items()}, extra={"server_id": first.positions["server_id"]})
+                    {t: len(w.records) for t, w in changed.items()}, extra={"server_id": first.positions["server_id"]},
+                    skipped=skipped)
 
         # A partition range (one run under the single-run backfill policy) commits each batch before
         # reading the next, so memory holds one batch; the last one goes out through the outputs.
+        quarantined: list[AssetObservation] = []
         *earlier, last = sorted(context.partition_keys)
         for batch in earlier:
             for _, key, write in steps(batch):
                 lake.write(key, write, context.log.info)
         for output, _, write in steps(last):
+            yield from quarantined
+            quarantined.clear()
             yield Output(write, output_name=output, metadata={"batches": len(earlier) + 1})
+        yield from quarantined
 
     return _batch
 
@@ -265,7 +295,7 @@ def reconciliation_check(name: str, source: MySQLSource, table: str, config: Sou
         lake = context.resources.lake
         params = connection_params(source)
         with params.connect() as conn:
-            schema = describe_table(conn, source.database, table, config_ref)
+            schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
         result = reconcile(lake.spark.session, params, schema, lake.path_for(table_key(name, table)),
                            chunk_size=settings.chunk_size, parallelism=settings.parallelism)
         context.log.info(result.summary())

@@ -7,10 +7,13 @@ from dagster import (
     RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor,
 )
 
-from ingest.batches import Action
+import time
+from typing import NamedTuple
+
+from ingest.batches import Action, FailedRun, plan_tables
 from ingest.config import MySQLSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, batch_request, check_key, give_up_events, incomplete_batch,
+    LOOK_BACK, SOURCE_TAG, batch_request, check_key, give_up_events, incomplete_batch, run_error,
 )
 from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
@@ -18,6 +21,8 @@ from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import connection_params
 
+SNAPSHOT_TAG = "ingest/snapshot"
+"""On snapshot runs the sensor starts: `<source>.<table>`."""
 ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
@@ -31,18 +36,57 @@ def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
 
 def committed_end(log_path: str) -> BinlogPosition | None:
     """Where the source's complete batches end: the newest end in its batch log (None before the first)."""
-    return logged(log_path)[0]
+    return logged(log_path).end
 
 
-def logged(log_path: str) -> tuple[BinlogPosition | None, set[str]]:
-    """The newest end in the source's batch log and the batches it holds (its newest entries).
+class Logged(NamedTuple):
+    end: BinlogPosition | None
+    """The newest end in the log."""
+    batches: set[str]
+    """The batches among its newest entries."""
+    skipped_until: dict[str, BinlogPosition]
+    """Per table left out of a batch, the end of the newest such batch."""
+
+
+def logged(log_path: str) -> Logged:
+    """What the source's batch log holds (its newest entries).
 
     Read from the Delta log, never from the partitions Dagster holds: a partition whose run
     failed was created, but its changes may not be in silver."""
     from ingest.lake.batchlog import logged_batches
 
     entries = [e for _, e in zip(range(LOOK_BACK), logged_batches(log_path))]
-    return max((BinlogPosition.from_metadata(e.end) for e in entries), default=None), {e.batch for e in entries}
+    skipped_until: dict[str, BinlogPosition] = {}
+    for e in entries:
+        for table in e.skipped:
+            end = BinlogPosition.from_metadata(e.end)
+            skipped_until[table] = max(end, skipped_until.get(table, end))
+    return Logged(max((BinlogPosition.from_metadata(e.end) for e in entries), default=None),
+                  {e.batch for e in entries}, skipped_until)
+
+
+def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dict[str, list[FailedRun]]]:
+    """Tables whose snapshot is being materialized now, and each table's failed snapshot runs since its
+    last materialization (from Dagster's per-asset failure events, so a run of several snapshots that
+    failed on one counts against that one only)."""
+    from dagster import AssetRecordsFilter
+
+    from ingest.defs.factory import latest_materialization
+
+    keys = {table_key(name, t, "snapshot"): t for t in tables}
+    running = set()
+    for record in instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES), limit=LOOK_BACK):
+        running |= {keys[k] for k in (record.dagster_run.asset_selection or ()) if k in keys}
+    failures: dict[str, list[FailedRun]] = {}
+    for key, table in keys.items():
+        last = latest_materialization(instance, key)
+        records = instance.fetch_failed_materializations(
+            AssetRecordsFilter(asset_key=key, after_storage_id=last.storage_id if last else None),
+            limit=LOOK_BACK).records
+        runs = {r.run_id: r.timestamp for r in records}
+        failures[table] = [FailedRun(run_id, ended, run_error(instance, instance.get_run_by_id(run_id)))
+                           for run_id, ended in runs.items()]
+    return running, failures
 
 
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
@@ -69,19 +113,24 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
                               "the next batch will cover everything since its end")
         state = source_state(connection_params(source), name)
-        last_end, complete = logged(log_path)
+        last_end, complete, skipped_until = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
         starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
                   for t in tables if t in state.tables}
-        unsnapshotted = sorted(t for t, p in starts.items() if p is None)
+        running, failures = snapshot_runs(context.instance, name, list(starts))
+        tables_now = plan_tables(name, starts, skipped_until, running, failures, last_end is not None, time.time(),
+                                 source.cdc.max_batch_attempts, source.cdc.retry_backoff_seconds)
+        for message in [*tables_now.messages, *tables_now.quarantined.values()]:
+            context.log.warning(message)
         first_start = None
         if last_end is None:
-            if unsnapshotted or not starts:
-                waiting = unsnapshotted or tables
+            if tables_now.waiting or not tables_now.ready:
+                waiting = tables_now.waiting or tables
                 return SkipReason(f"waiting for the snapshots of {', '.join(waiting)}: materialize "
                                   f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start "
-                                  "from the earliest snapshot position")
-            first_start = min(starts.values())
+                                  "from the earliest snapshot position"
+                                  + "".join(f". {m}" for m in tables_now.quarantined.values()))
+            first_start = min(tables_now.ready.values())
         start = last_end or first_start
         # A batch created for this start and not logged as complete (its run failed, was canceled, or
         # never ran) runs again before anything later: skipping it would lose its changes in silver.
@@ -99,11 +148,14 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                 if decision.action == Action.GIVE_UP else []
             return SensorResult(skip_reason=SkipReason(decision.message), asset_events=events)
         requests = []
-        if last_end is not None and unsnapshotted:
-            # an included table created after CDC started: snapshot it; its silver catches up from bronze
+        for table in tables_now.snapshot:
+            # created after CDC started, failed before, or stale: its own run, so that one table's failure
+            # stays its own; not tagged with the source, so batches go on meanwhile (bronze keeps its
+            # changes, and its silver catches up from its snapshot's log start)
+            attempt = len(failures.get(table, ())) + 1
             requests.append(RunRequest(
-                run_key=f"snapshot:{','.join(unsnapshotted)}:{state.head}", tags={SOURCE_TAG: name},
-                asset_selection=[table_key(name, t, "snapshot") for t in unsnapshotted]))
+                run_key=f"snapshot:{table}:{state.head}:{attempt}", tags={SNAPSHOT_TAG: f"{name}.{table}"},
+                asset_selection=[table_key(name, table, "snapshot")]))
         plan = plan_next_batch(last_end, first_start, state.head, state.logs, source.cdc.max_batch_files)
         if plan.batch is None and not requests:
             return SkipReason(plan.reason)

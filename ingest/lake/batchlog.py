@@ -38,6 +38,8 @@ class LoggedBatch:
     tables: dict[str, int]
     """Changes per table (tables without changes in the batch are left out)."""
     logged_at: dt.datetime | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Tables the batch left out (quarantined), with why: their changes in it are not in the lake."""
 
 
 def logged_batches(log_path: str, client: Any = None) -> Iterator[LoggedBatch]:
@@ -46,7 +48,7 @@ def logged_batches(log_path: str, client: Any = None) -> Iterator[LoggedBatch]:
         meta = info.metadata
         if meta.get("kind") == KIND:
             yield LoggedBatch(meta["batch"], meta["start"], meta["end"], dict(meta.get("tables") or {}),
-                              info.timestamp)
+                              info.timestamp, dict(meta.get("skipped") or {}))
 
 
 def is_logged(log_path: str, batch: str, client: Any = None, look_back: int = 100) -> bool:
@@ -72,6 +74,8 @@ class BatchLogWrite:
     tables: dict[str, int]
     extra: dict[str, Any] = field(default_factory=dict)
     """Figures for the UI only (e.g. the source's server_id)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Tables left out of the batch, with why: each needs a new snapshot taken after this batch's end."""
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.write import append
@@ -82,11 +86,12 @@ class BatchLogWrite:
         df = spark.createDataFrame([row], "batch string, scope string, start string, `end` string, tables string, "
                                           "rows long, logged_at timestamp")
         meta = {"kind": KIND, "source": self.source, "scope": self.scope, "batch": self.batch,
-                "start": self.start, "end": self.end, "tables": self.tables}
+                "start": self.start, "end": self.end, "tables": self.tables,
+                **({"skipped": self.skipped} if self.skipped else {})}
         scope = f"{self.source}.{self.scope}" if self.scope else self.source
         outcome = append(df, path, meta, Txn(f"batchlog:{scope}:{self.batch}", 0))
         log(f"batch log {scope}: batch {self.batch} complete"
             + ("" if outcome.committed else " (already logged)"))
         return {"batch": self.batch, "start": self.start, "end": self.end, "tables_changed": len(self.tables),
                 "rows": sum(self.tables.values()), "committed": outcome.committed, "delta_version": outcome.version,
-                **self.extra}
+                **({"skipped": self.skipped} if self.skipped else {}), **self.extra}

@@ -36,3 +36,41 @@ def test_after_max_attempts_the_source_stops_naming_the_batch_the_error_and_the_
     for part in ("000001.0000000004-000001.0000000900", "failed 3 times", "run3", "boom 3", CMD,
                  "no batch starts after an incomplete one"):
         assert part in decision.message
+
+
+# ---------------------------------------------------------------- a table whose snapshot fails
+
+
+def plan(starts, *, skipped_until=None, running=(), failures=None, cdc_started=False, now=1000.0):
+    from ingest.batches import plan_tables
+
+    return plan_tables("shop", starts, skipped_until or {}, set(running), failures or {}, cdc_started, now,
+                       max_attempts=3, base_seconds=10)
+
+
+def test_a_failed_snapshot_does_not_hold_back_the_start_of_cdc():
+    p = plan({"a": 5, "geo": None}, failures={"geo": [FailedRun("r1", 995.0, "UnsupportedColumnType: ...")]})
+    assert p.ready == {"a": 5} and not p.waiting
+    assert "geo" in p.quarantined and "tables.columns.geo.exclude" in p.quarantined["geo"]
+    assert p.snapshot == []  # its backoff (10 s after the failure at 995) is not over
+    assert plan({"a": 5, "geo": None}, failures={"geo": [FailedRun("r1", 985.0, "x")]}).snapshot == ["geo"]
+
+
+def test_tables_never_snapshotted_or_running_hold_back_the_start_but_not_later_batches():
+    assert plan({"a": 5, "b": None}).waiting == ["b"]
+    assert plan({"a": 5, "b": None}, running={"b"}).waiting == ["b"]
+    assert plan({"a": 5, "b": None}, cdc_started=True).snapshot == ["b"]
+    assert plan({"a": 5, "b": None}, running={"b"}, cdc_started=True).snapshot == []
+
+
+def test_a_snapshot_older_than_a_batch_that_left_the_table_out_is_taken_again():
+    p = plan({"a": 5, "geo": 7}, skipped_until={"geo": 9}, cdc_started=True)
+    assert p.snapshot == ["geo"] and "geo" not in p.ready
+    assert plan({"a": 5, "geo": 9}, skipped_until={"geo": 9}, cdc_started=True).ready == {"a": 5, "geo": 9}
+
+
+def test_after_max_attempts_the_table_stays_out_until_fixed_by_hand():
+    failed = [FailedRun(f"r{i}", 100.0 * i, "NoPrimaryKey: ...") for i in range(3)]
+    p = plan({"a": 5, "nopk": None}, failures={"nopk": failed}, cdc_started=True, now=10_000.0)
+    assert p.snapshot == [] and "failed 3 times" in p.quarantined["nopk"]
+    assert "materialize shop/nopk/snapshot" in p.quarantined["nopk"]

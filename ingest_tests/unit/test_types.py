@@ -92,10 +92,46 @@ def test_year_zero_is_null():
     assert convert(col("year"), 2155) == 2155
 
 
-@pytest.mark.parametrize("kind", ["geometry", "point", "uuid", "inet6", "vector"])
-def test_unsupported_types_name_table_column_and_fix(kind):
-    with pytest.raises(UnsupportedColumnType, match=r"table shop\.t: column 'c' .* Fix: exclude the table"):
-        column_type(col(kind), "shop.t")
+def test_unsupported_types_name_table_column_and_fix():
+    with pytest.raises(UnsupportedColumnType,
+                       match=r"table shop\.t: column 'c' .* Fix: leave the column out \(tables\.columns\.shop\.t\.exclude"):
+        column_type(col("type#242"), "shop.t")
+
+
+def test_set_members_keep_definition_order_from_the_binlog():
+    members = ("Trailers", "Commentaries", "Deleted Scenes", "Behind the Scenes")
+    c = col("set", "set(...)", members=members)
+    # python-mysql-replication hands back an unordered Python set; the snapshot, the server's text
+    assert convert(c, {"Commentaries", "Trailers"}) == ["Trailers", "Commentaries"]
+    assert convert(c, {"Behind the Scenes", "Trailers"}) == convert(c, "Trailers,Behind the Scenes")
+
+
+@pytest.mark.parametrize("kind", ["geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+                                  "multipolygon", "geometrycollection", "geomcollection"])
+def test_spatial_types_are_wkb_and_srid(kind):
+    internal = (4326).to_bytes(4, "little") + bytes.fromhex("0101000000000000000000f03f0000000000000040")
+    assert column_type(col(kind)).spark == "struct<wkb:binary,srid:int>"
+    assert convert(col(kind), internal) == {"wkb": internal[4:], "srid": 4326}
+
+
+def test_uuid_and_inet_from_binlog_bytes_equal_the_snapshot_text():
+    # the binlog strips trailing zero bytes of these fixed-size binary columns
+    assert convert(col("uuid"), bytes.fromhex("123e4567e89b12d3a456426614174000")[:-1]) == \
+        "123e4567-e89b-12d3-a456-426614174000"
+    assert convert(col("uuid"), "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11") == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert convert(col("inet4"), "") == "0.0.0.0"
+    assert convert(col("inet4"), b"\n\x01\x02\x03") == "10.1.2.3"
+    assert convert(col("inet6"), bytes(10) + b"\xff\xff\x01\x02\x03\x04") == "::ffff:1.2.3.4"
+    assert convert(col("inet6"), bytes(12) + b"\x01\x02\x03\x04") == "::1.2.3.4"
+    assert convert(col("inet6"), bytes(15) + b"\x01") == "::1"
+    assert convert(col("inet6"), bytes.fromhex("20010db8000000000000ff0000428329")) == "2001:db8::ff00:42:8329"
+
+
+def test_vector_is_an_array_of_float32():
+    import struct
+
+    assert column_type(col("vector")).spark == "array<float>"
+    assert convert(col("vector"), struct.pack("<3f", 1.5, -2.0, 0.25)) == [1.5, -2.0, 0.25]
 
 
 def test_fast_path_returns_values_untouched():

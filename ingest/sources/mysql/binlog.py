@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 import pymysql
 
 from ingest.changes import ChangeOp, ChangeRecord
-from ingest.sources.mysql.errors import BatchBoundaryError, BinlogDisabled, BinlogGap, BinlogSettingsError
-from ingest.sources.mysql.events import MappedColumn, TableDecoder, emptied_tables, row_changes
+from ingest.sources.mysql.errors import (
+    BatchBoundaryError, BinlogDisabled, BinlogGap, BinlogSettingsError, UnsupportedColumnType,
+)
+from ingest.sources.mysql.events import CapturedTable, MappedColumn, TableDecoder, emptied_tables, row_changes
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams
 
@@ -93,6 +95,14 @@ class BatchResult:
     last_gtid: str | None = None
     transactions: int = 0
     ddl: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Tables left out of this batch, with why (a column type outside the contract)."""
+
+    def skip(self, table: str, reason: str) -> None:
+        """Leave a table out of the batch whole: none of its changes, so none is half-applied."""
+        self.records.pop(table, None)
+        self.decoders.pop(table, None)
+        self.skipped[table] = reason
 
 
 def _mapped_columns(columns) -> list[MappedColumn]:
@@ -104,6 +114,7 @@ def _mapped_columns(columns) -> list[MappedColumn]:
             precision=getattr(c, "precision", None), scale=getattr(c, "decimals", None),
             fsp=getattr(c, "fsp", None), bits=getattr(c, "bits", None),
             length=getattr(c, "max_length", None) if c.type == 254 and binary else None,
+            members=tuple(c.set_values) if getattr(c, "set_values", None) else None,
         ))
     return out
 
@@ -113,13 +124,16 @@ def reader_server_id() -> int:
     return random.randint(1_000_000, 2_000_000_000)
 
 
-def read_batch(params: ConnectionParams, batch: BatchRange, key_columns: Mapping[str, Sequence[str]],
+def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
                server_id: int | None = None) -> BatchResult:
-    """Decode the transactions that begin in [batch.start, batch.end) for the tables in `key_columns`."""
+    """Decode the transactions that begin in [batch.start, batch.end) for `tables` (name: its key, or a
+    CapturedTable). A table whose rows cannot be decoded is left out of the result and named in
+    `skipped`, so that it does not hold back the others (see BatchResult.skip)."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+    key_columns = {t: CapturedTable.of(v) for t, v in tables.items()}
     result = BatchResult(end=batch.start)
     if batch.end <= batch.start:
         return result
@@ -156,17 +170,23 @@ def read_batch(params: ConnectionParams, batch: BatchRange, key_columns: Mapping
                 )
             committed_at = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
             if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if event.schema != params.database or event.table not in key_columns:
+                if (event.schema != params.database or event.table not in key_columns
+                        or event.table in result.skipped):
                     continue
                 signature = tuple((c.name, c.type, c.unsigned, c.character_set_name) for c in event.columns)
                 decoder = decoders.get((event.table, signature))
                 if decoder is None:
-                    decoder = TableDecoder.from_table_map(event.table, _mapped_columns(event.columns))
+                    try:
+                        decoder = TableDecoder.from_table_map(event.table, _mapped_columns(event.columns),
+                                                              key_columns[event.table])
+                    except UnsupportedColumnType as exc:
+                        result.skip(event.table, str(exc))
+                        continue
                     decoders[(event.table, signature)] = decoder
                     result.decoders.setdefault(event.table, []).append(decoder)
                 kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
                 # the key silver merges on (the library's primary_key is a bare string for one column)
-                keys = list(key_columns[event.table])
+                keys = list(key_columns[event.table].keys)
                 result.records.setdefault(event.table, []).extend(
                     row_changes(event.table, kind, event.rows, decoder, keys, end_pos, committed_at, gtid))
             elif isinstance(event, QueryEvent):
@@ -207,6 +227,6 @@ def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
     result.ddl.append(query)
     for table in emptied_tables(query, schema, database):
-        if table in key_columns:
+        if table in key_columns and table not in result.skipped:
             result.records.setdefault(table, []).append(
                 ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))

@@ -13,6 +13,7 @@ from ingest.sources.mysql.binlog import (
 )
 from ingest.retry import retrying
 from ingest.sources.mysql.errors import BinlogGap, SourceUnreachable, is_transient
+from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
 from ingest.sources.mysql.schema import ConnectionParams
 
@@ -97,13 +98,25 @@ def retry_batch_read(read: Callable[[], T], source: str, batch_key: str, params:
     return retrying(read, is_transient, give_up, attempts=attempts, base_delay=0.5)
 
 
+class ChangeBatch(dict):
+    """One BronzeWrite per table of a batch; `skipped` names the tables left out of it, with why."""
+
+    def __init__(self, writes: Mapping[str, BronzeWrite], skipped: Mapping[str, str]) -> None:
+        super().__init__(writes)
+        self.skipped = dict(skipped)
+
+
 def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
-                      key_columns: Mapping[str, Sequence[str]],
+                      key_columns: Mapping[str, CapturedTable | Sequence[str]],
                       all_tables: Sequence[str] | None = None,
-                      previous_server_id: int | None = None) -> dict[str, BronzeWrite]:
-    """Read one batch for the tables in `key_columns`: one BronzeWrite per table of
-    `all_tables` (tables with no key known get an empty one)."""
-    tables = sorted(all_tables or key_columns)
+                      previous_server_id: int | None = None,
+                      skipped: Mapping[str, str] | None = None) -> ChangeBatch:
+    """Read one batch for the tables in `key_columns` (name: CapturedTable or key): one BronzeWrite per
+    table of `all_tables` (tables with no key known get an empty one). Tables in `skipped` (already
+    known to be unreadable) and tables whose rows cannot be decoded get none, and are named in the
+    result's `skipped`."""
+    skipped = dict(skipped or {})
+    tables = sorted(t for t in (all_tables or key_columns) if t not in skipped)
     with params.connect() as conn:
         check_binlog_settings(conn, source)
         with conn.cursor() as cur:
@@ -118,7 +131,8 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
             f"source {source}: batch {batch_key} ends at {batch.end}, past the binlog head {head}: the binlog was "
             "reset (RESET MASTER) or this is another server. Fix: re-snapshot the source's tables"
         )
-    result = read_batch(params, batch, key_columns)
+    result = read_batch(params, batch, {t: v for t, v in key_columns.items() if t not in skipped})
+    skipped.update(result.skipped)
     now = dt.datetime.now(dt.timezone.utc)
     oldest = BinlogPosition(logs[0][0], 4)
     positions: dict[str, Any] = {
@@ -133,8 +147,8 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
         "retention_headroom_files": batch.start.seq - oldest.seq,
         "ddl": result.ddl,
     }
-    return {
+    return ChangeBatch({
         t: BronzeWrite(source, t, batch_key, result.records.get(t, []), columns_of(result.decoders.get(t, [])),
                        positions, extra)
-        for t in tables
-    }
+        for t in tables if t not in skipped
+    }, skipped)

@@ -14,8 +14,8 @@ class UnsupportedColumnType(MySQLSourceError):
         self.table, self.column, self.column_type = table, column, column_type
         super().__init__(
             f"table {table}: column {column!r} has type {column_type!r}, which the type contract "
-            "does not cover (spatial, UUID, INET and VECTOR types are not supported). "
-            "Fix: exclude the table in the sources config (tables.exclude), or change the column type."
+            f"does not cover. Fix: leave the column out (tables.columns.{table}.exclude: [{column}] in the "
+            "sources config), or change its type; then materialize the table's snapshot"
         )
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.changes import ChangeOp, ChangeRecord
 from ingest.sources.mysql.positions import BinlogPosition
-from ingest.sources.mysql.types import ColumnType, MySQLColumn, column_type
+from ingest.sources.mysql.types import DECLARED_ONLY, ColumnType, MySQLColumn, column_type
 
 # MySQL protocol field type codes (include/mysql_com.h), as the table map gives them.
 _FIELD_TYPES = {
@@ -43,18 +43,40 @@ class MappedColumn:
     bits: int | None = None
     length: int | None = None
     """Byte length of a fixed BINARY(n) column, so stripped padding can be restored."""
+    members: tuple[str, ...] | None = None
+    """A SET's members in definition order."""
 
 
-def to_mysql_column(col: MappedColumn) -> MySQLColumn:
+@dataclass(frozen=True)
+class CapturedTable:
+    """What a batch needs to know of a table beyond its table maps (read from the source at batch time)."""
+
+    keys: tuple[str, ...]
+    """The primary key silver merges on."""
+    excluded: frozenset[str] = frozenset()
+    """Columns the config leaves out (`tables.columns.<table>.exclude`): dropped on decode."""
+    declared: Mapping[str, str] = field(default_factory=dict)
+    """Today's data type of columns whose table map says only BINARY/VARBINARY (types.DECLARED_ONLY)."""
+
+    @classmethod
+    def of(cls, value: CapturedTable | Sequence[str]) -> CapturedTable:
+        """A bare key list is a table with nothing excluded and no declared-only types."""
+        return value if isinstance(value, CapturedTable) else cls(tuple(value))
+
+
+def to_mysql_column(col: MappedColumn, declared: str | None = None) -> MySQLColumn:
     kind = _FIELD_TYPES.get(col.type_code, f"type#{col.type_code}")
     if kind in ("varchar", "char") and col.binary:
         kind = "varbinary" if kind == "varchar" else "binary"
     if kind == "blob" and not col.binary:
         kind = "longtext"
+    if kind in ("binary", "varbinary") and declared in DECLARED_ONLY:
+        kind = declared
     column_type_text = kind + (" unsigned" if col.unsigned else "")
     precision = col.bits if kind == "bit" else col.precision
     return MySQLColumn(col.name, kind, column_type_text, numeric_precision=precision, numeric_scale=col.scale,
-                       datetime_precision=col.fsp, char_length=col.length if kind == "binary" else None)
+                       datetime_precision=col.fsp, char_length=col.length if kind == "binary" else None,
+                       members=col.members)
 
 
 @dataclass(frozen=True)
@@ -65,8 +87,11 @@ class TableDecoder:
     types: tuple[ColumnType, ...]
 
     @classmethod
-    def from_table_map(cls, table: str, mapped: Sequence[MappedColumn]) -> TableDecoder:
-        columns = tuple(to_mysql_column(c) for c in mapped)
+    def from_table_map(cls, table: str, mapped: Sequence[MappedColumn],
+                       captured: CapturedTable | None = None) -> TableDecoder:
+        captured = captured or CapturedTable(())
+        columns = tuple(to_mysql_column(c, captured.declared.get(c.name)) for c in mapped
+                        if c.name not in captured.excluded)
         return cls(columns, tuple(column_type(c, table) for c in columns))
 
     @property

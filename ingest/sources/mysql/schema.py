@@ -13,7 +13,8 @@ import pymysql
 
 from ingest.config import MySQLSource
 from ingest.sources.mysql.errors import NoPrimaryKey, SourceUnreachable, TableNotFound
-from ingest.sources.mysql.types import ColumnType, MySQLColumn, column_type
+from ingest.sources.mysql.events import CapturedTable
+from ingest.sources.mysql.types import DECLARED_ONLY, ColumnType, MySQLColumn, column_type
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,13 @@ class TableSchema:
     table: str
     columns: tuple[MySQLColumn, ...]
     primary_key: tuple[str, ...]
+    excluded: tuple[str, ...] = ()
+    """Columns the config leaves out (absent from `columns`; names the table lacks included)."""
+
+    def captured(self) -> CapturedTable:
+        """What the binlog path needs of this table (see events.CapturedTable)."""
+        return CapturedTable(self.primary_key, frozenset(self.excluded),
+                             {c.name: c.data_type for c in self.columns if c.data_type in DECLARED_ONLY})
 
     @property
     def column_names(self) -> list[str]:
@@ -141,8 +149,10 @@ def list_tables(conn, database: str) -> list[str]:
         return sorted(r[0] for r in cur.fetchall())
 
 
-def describe_table(conn, database: str, table: str, config_ref: str = "") -> TableSchema:
-    """Columns and primary key of one table; TableNotFound / NoPrimaryKey name the config key and fix."""
+def describe_table(conn, database: str, table: str, config_ref: str = "",
+                   exclude: frozenset[str] = frozenset()) -> TableSchema:
+    """Columns and primary key of one table, less the `exclude`d columns; TableNotFound / NoPrimaryKey /
+    UnsupportedColumnType name the config key and the fix."""
     where = f"{config_ref}: " if config_ref else ""
     with conn.cursor() as cur:
         cur.execute(
@@ -168,12 +178,19 @@ def describe_table(conn, database: str, table: str, config_ref: str = "") -> Tab
             f"{where}table {database}.{table} has no primary key, so its changes cannot be merged by key. "
             "Fix: add a primary key to the table, or exclude it (tables.exclude)"
         )
+    keyed_out = sorted(set(pk) & exclude)
+    if keyed_out:
+        raise NoPrimaryKey(
+            f"{where}table {database}.{table}: the config excludes primary-key column(s) {', '.join(keyed_out)}, "
+            "without which changes cannot be merged by key. Fix: remove them from "
+            f"tables.columns.{table}.exclude"
+        )
     columns = tuple(
-        MySQLColumn(name=r[0], data_type=r[1], column_type=r[2], numeric_precision=r[3], numeric_scale=r[4],
+        MySQLColumn(name=r[0], data_type=r[1].lower(), column_type=r[2], numeric_precision=r[3], numeric_scale=r[4],
                     datetime_precision=r[5], nullable=r[6] == "YES",
                     char_length=r[7] if r[1].lower() == "binary" else None)
-        for r in rows
+        for r in rows if r[0] not in exclude
     )
-    schema = TableSchema(database, table, columns, pk)
+    schema = TableSchema(database, table, columns, pk, tuple(sorted(exclude)))
     schema.delta_types()  # raise UnsupportedColumnType now, before anything is written
     return schema

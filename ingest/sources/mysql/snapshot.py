@@ -223,7 +223,7 @@ class SnapshotShapeUnstable(RuntimeError):
 def _check_shape(params: ConnectionParams, schema: TableSchema, fingerprint: str) -> None:
     """Raise ShapeChanged when the table no longer has the shape the snapshot started with."""
     with params.connect() as conn:
-        now = describe_table(conn, schema.database, schema.table)
+        now = describe_table(conn, schema.database, schema.table, exclude=frozenset(schema.excluded))
     if now.fingerprint() != fingerprint:
         raise ShapeChanged(now)
 
@@ -345,6 +345,8 @@ class SnapshotWrite:
             "key_columns": list(progress.key_columns),
             "delta_version": table_version(path),
         }
+        if self.schema.excluded:
+            meta["excluded_columns"] = list(self.schema.excluded)
         if stats["lo"] is not None:
             meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
             meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()

@@ -14,22 +14,29 @@ identical Delta values, so both paths end in `ColumnType.convert`.
 | CHAR, VARCHAR, *TEXT, JSON     | string                 | JSON as the text stored                |
 | BINARY(n), VARBINARY, *BLOB    | binary                 | BINARY(n) zero-padded to n bytes       |
 | ENUM                           | string                 | the label                              |
-| SET                            | array<string>          | empty SET -> []                        |
+| SET                            | array<string>          | members in definition order, empty -> [] |
 | BIT(n)                         | binary                 | ceil(n/8) bytes, big-endian            |
 | DATE                           | date                   | zero or partial-zero date -> NULL      |
 | DATETIME(fsp)                  | timestamp_ntz          | wall clock, zero -> NULL               |
 | TIMESTAMP(fsp)                 | timestamp              | instant (session time zone UTC), zero -> NULL |
 | TIME(fsp)                      | string                 | '[-]HH:MM:SS[.f*fsp]' (range +-838h)   |
-| YEAR                           | smallint               | 0000 -> NULL                           |
+| YEAR                           | smallint               | 0000 -> NULL (YEAR(2) no longer exists) |
+| GEOMETRY, POINT, LINESTRING, POLYGON, MULTI*, GEOMETRYCOLLECTION | struct<wkb:binary,srid:int> | OGC WKB and the SRID, as Debezium |
+| UUID (MariaDB)                 | string                 | 'xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx' |
+| INET4 / INET6 (MariaDB)        | string                 | the server's text form ('::ffff:1.2.3.4') |
+| VECTOR(n) (MariaDB 11.7, MySQL 9) | array<float>        | n float32 values                       |
 
-Anything else (spatial types, UUID, INET4/6, VECTOR) raises
-UnsupportedColumnType with the table, the column and the way out.
+Anything else raises UnsupportedColumnType with the table, the column and the
+way out (exclude the column: `tables.columns.<table>.exclude`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import ipaddress
+import struct
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
@@ -52,6 +59,8 @@ class MySQLColumn:
     nullable: bool = True
     char_length: int | None = None
     """Byte length of BINARY(n): the binlog strips its zero padding, the snapshot keeps it."""
+    members: tuple[str, ...] | None = None
+    """A SET's members in definition order, when the binlog's table map gives them."""
 
     @property
     def unsigned(self) -> bool:
@@ -87,12 +96,19 @@ def to_decimal(value: Any) -> Decimal | None:
     return None if value is None else Decimal(value)
 
 
-def set_members(value: Any) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, (set, frozenset, list, tuple)):
-        return sorted(value)
-    return value.split(",") if value else []
+def set_members(members: Sequence[str] | None) -> Callable[[Any], list[str] | None]:
+    """A SET value as its members in definition order: the order the server's own text uses, which
+    the snapshot reads; the binlog decoder hands back an unordered Python set instead."""
+    order = {m: i for i, m in enumerate(members or ())}
+
+    def convert(value: Any) -> list[str] | None:
+        if value is None:
+            return None
+        if isinstance(value, (set, frozenset, list, tuple)):
+            return sorted(value, key=lambda m: (order.get(m, len(order)), m))
+        return value.split(",") if value else []
+
+    return convert
 
 
 def bit_bytes(width: int) -> Callable[[Any], bytes | None]:
@@ -122,6 +138,46 @@ def padded_bytes(length: int) -> Callable[[Any], bytes]:
         return as_bytes(value).ljust(length, b"\x00")
 
     return convert
+
+
+def spatial_value(value: Any) -> dict[str, Any] | None:
+    """MySQL's internal geometry (a 4-byte little-endian SRID, then OGC WKB), as Debezium gives it."""
+    data = as_bytes(value)
+    return {"wkb": data[4:], "srid": int.from_bytes(data[:4], "little")}
+
+
+def uuid_text(value: Any) -> str:
+    # The binlog holds the 16 bytes in text order with trailing zero bytes stripped; the snapshot, text.
+    if isinstance(value, str) and len(value) == 36:
+        return value
+    return str(uuid.UUID(bytes=as_bytes(value).ljust(16, b"\x00")))
+
+
+def inet4_text(value: Any) -> str:
+    if isinstance(value, str) and "." in value:
+        return value
+    return str(ipaddress.IPv4Address(as_bytes(value).ljust(4, b"\x00")))
+
+
+def inet6_text(value: Any) -> str:
+    if isinstance(value, str) and ":" in value:
+        return value
+    address = ipaddress.IPv6Address(as_bytes(value).ljust(16, b"\x00"))
+    # MariaDB (like inet_ntop) writes an IPv4-mapped or -compatible address with its last 32 bits
+    # dotted; Python's str() does so only from 3.13, and never for the compatible form.
+    head = address.packed[:12]
+    tail = address.packed[12:]
+    if head == b"\x00" * 10 + b"\xff\xff":
+        return f"::ffff:{ipaddress.IPv4Address(tail)}"
+    if head == b"\x00" * 12 and int.from_bytes(tail, "big") > 0xFFFF:
+        return f"::{ipaddress.IPv4Address(tail)}"
+    return address.compressed
+
+
+def vector_floats(value: Any) -> list[float]:
+    """VECTOR(n): n little-endian float32 values (MariaDB 11.7+, MySQL 9)."""
+    data = as_bytes(value)
+    return list(struct.unpack(f"<{len(data) // 4}f", data))
 
 
 def valid_date(value: Any) -> dt.date | None:
@@ -190,6 +246,12 @@ _INTEGERS = {
 }
 _STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json", "enum"}
 _BINARIES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+SPATIAL = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+           "geometrycollection", "geomcollection"}
+SPATIAL_TYPE = "struct<wkb:binary,srid:int>"
+DECLARED_ONLY = {"uuid", "inet4", "inet6", "vector"}
+"""Types the binlog's table map shows as BINARY/VARBINARY: the binlog path learns them from today's
+information_schema (see events.CapturedTable)."""
 
 
 def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
@@ -216,7 +278,17 @@ def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
     if kind in _BINARIES:
         return ColumnType("binary", as_bytes)
     if kind == "set":
-        return ColumnType("array<string>", set_members)
+        return ColumnType("array<string>", set_members(column.members))
+    if kind in SPATIAL:
+        return ColumnType(SPATIAL_TYPE, spatial_value)
+    if kind == "uuid":
+        return ColumnType("string", uuid_text)
+    if kind == "inet4":
+        return ColumnType("string", inet4_text)
+    if kind == "inet6":
+        return ColumnType("string", inet6_text)
+    if kind == "vector":
+        return ColumnType("array<float>", vector_floats)
     if kind == "bit":
         return ColumnType("binary", bit_bytes(column.numeric_precision or 1))
     if kind == "date":
