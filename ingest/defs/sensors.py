@@ -67,25 +67,30 @@ def logged(log_path: str) -> Logged:
 
 def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dict[str, list[FailedRun]]]:
     """Tables whose snapshot is being materialized now, and each table's failed snapshot runs since its
-    last materialization (from Dagster's per-asset failure events, so a run of several snapshots that
-    failed on one counts against that one only)."""
+    last materialization: the runs that planned it since and ended without landing it (so a failed run
+    of several snapshots counts against the ones it did not land only)."""
     from dagster import AssetRecordsFilter
 
+    from ingest.defs.batches import FAILED_STATUSES
     from ingest.defs.factory import latest_materialization
 
-    keys = {table_key(name, t, "snapshot"): t for t in tables}
-    running = set()
-    for record in instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES), limit=LOOK_BACK):
-        running |= {keys[k] for k in (record.dagster_run.asset_selection or ()) if k in keys}
+    running: set[str] = set()
     failures: dict[str, list[FailedRun]] = {}
-    for key, table in keys.items():
+    for table in tables:
+        key = table_key(name, table, "snapshot")
         last = latest_materialization(instance, key)
-        records = instance.fetch_failed_materializations(
+        planned = instance.fetch_planned_materializations(
             AssetRecordsFilter(asset_key=key, after_storage_id=last.storage_id if last else None),
             limit=LOOK_BACK).records
-        runs = {r.run_id: r.timestamp for r in records}
-        failures[table] = [FailedRun(run_id, ended, run_error(instance, instance.get_run_by_id(run_id)))
-                           for run_id, ended in runs.items()]
+        for run_id in dict.fromkeys(r.run_id for r in planned):
+            record = instance.get_run_record_by_id(run_id)
+            if record is None:
+                continue
+            if record.dagster_run.status in ACTIVE_STATUSES:
+                running.add(table)
+            elif record.dagster_run.status in FAILED_STATUSES:
+                ended = record.end_time or record.update_timestamp.timestamp()
+                failures.setdefault(table, []).append(FailedRun(run_id, ended, run_error(instance, record.dagster_run)))
     return running, failures
 
 

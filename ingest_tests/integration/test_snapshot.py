@@ -6,7 +6,7 @@ from ingest.lake.commits import commits, last_commit
 from ingest.lake.merge import live_rows
 from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
 from ingest.lake.tables import LakeTable
-from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound, UnsupportedColumnType
+from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import describe_table
 from ingest_tests.integration.conftest import describe, snapshot
@@ -109,17 +109,20 @@ def test_silver_from_snapshot_and_resnapshot_tombstones_deleted_rows(spark, root
     assert live == source_rows(root, "SELECT id, v FROM s")
 
 
-def test_missing_table_no_primary_key_and_unsupported_type_are_clear(root, params):
+def test_missing_table_no_primary_key_and_excluded_key_are_clear(root, params):
     with root.cursor() as cur:
         cur.execute("CREATE TABLE nopk (a INT, b INT)")
-        cur.execute("CREATE TABLE geo (id INT PRIMARY KEY, g POINT)")
+        cur.execute("CREATE TABLE geo (id INT PRIMARY KEY, g POINT, v INT)")
     with params.connect() as conn:
         with pytest.raises(TableNotFound, match=r"sources.yaml: .*does not exist.*Fix: correct the name"):
             describe_table(conn, params.database, "nope", "sources.yaml")
         with pytest.raises(NoPrimaryKey, match=r"has no primary key.*Fix: add a primary key"):
             describe_table(conn, params.database, "nopk", "sources.yaml")
-        with pytest.raises(UnsupportedColumnType, match=r"column 'g' has type 'point'"):
-            describe_table(conn, params.database, "geo")
+        with pytest.raises(NoPrimaryKey, match=r"excludes primary-key column\(s\) id.*tables.columns.geo.exclude"):
+            describe_table(conn, params.database, "geo", exclude=frozenset({"id"}))
+        # a name the table lacks is ignored (a later DROP COLUMN must not break the table)
+        schema = describe_table(conn, params.database, "geo", exclude=frozenset({"g", "gone"}))
+        assert schema.column_names == ["id", "v"] and schema.excluded == ("g", "gone")
 
 
 def test_hostile_table_names_are_quoted(spark, root, params, tmp_path):

@@ -17,7 +17,9 @@ CREATE TABLE golden (
   e ENUM('x','y','z'), s SET('a','b','c'),
   b1 BIT(1), b10 BIT(10), b64 BIT(64),
   bl BLOB, vb VARBINARY(8), bn BINARY(4),
-  d DATE, dtz DATETIME
+  d DATE, dtz DATETIME,
+  s2 SET('Trailers','Commentaries','Deleted Scenes','Behind the Scenes'),
+  g GEOMETRY, pt POINT REF_SYSTEM_ID=4326, u UUID, i4 INET4, i6 INET6
 )"""
 
 GOLDEN_ROWS = [
@@ -27,10 +29,15 @@ GOLDEN_ROWS = [
         'caf\u00e9 \U0001F600', REPEAT('\U0001F680', 1000), '{"k": [1, 2.5, "\u00fc"], "n": null}',
         '9999-12-31 23:59:59.999999', '2038-01-19 03:14:07.999999', '838:59:59', '-00:00:01.500', 2155,
         'z', 'a,c', b'1', b'1000000001', b'1111111111111111111111111111111111111111111111111111111111111111',
-        x'00FF10', x'DEADBEEF', x'0102', '2024-02-29', '1970-01-01 00:00:00')""",
-    "(2" + ", NULL" * 29 + ")",
+        x'00FF10', x'DEADBEEF', x'0102', '2024-02-29', '1970-01-01 00:00:00',
+        'Behind the Scenes,Trailers,Commentaries', ST_GeomFromText('LINESTRING(0 0, 1 1)'),
+        ST_GeomFromText('POINT(1 2)', 4326), '123e4567-e89b-12d3-a456-426614174000', '10.1.2.3',
+        '::ffff:1.2.3.4')""",
+    "(2" + ", NULL" * 35 + ")",
     """(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', '[]', '0000-00-00 00:00:00', '0000-00-00 00:00:00',
-        '-838:59:59', '00:00:00', 0, 'x', '', b'0', b'0', b'0', '', '', '', '0000-00-00', '2020-00-00 00:00:00')""",
+        '-838:59:59', '00:00:00', 0, 'x', '', b'0', b'0', b'0', '', '', '', '0000-00-00', '2020-00-00 00:00:00',
+        '', ST_GeomFromText('POINT(0 0)'), ST_GeomFromText('POINT(0 0)', 4326),
+        '00000000-0000-0000-0000-000000000000', '0.0.0.0', '::')""",
 ]
 
 EXPECTED = {
@@ -44,16 +51,24 @@ EXPECTED = {
         "t0": "838:59:59", "t3": "-00:00:01.500", "y": 2155, "e": "z", "s": ["a", "c"],
         "b1": b"\x01", "b10": b"\x02\x01", "b64": b"\xff" * 8, "bl": b"\x00\xff\x10", "vb": b"\xde\xad\xbe\xef",
         "bn": b"\x01\x02\x00\x00", "d": dt.date(2024, 2, 29), "dtz": dt.datetime(1970, 1, 1),
+        # SET members in definition order, not in the order written nor alphabetical
+        "s2": ["Trailers", "Commentaries", "Behind the Scenes"],
+        "g": {"wkb": bytes.fromhex("010200000002000000" + "00" * 16 + "000000000000f03f" * 2), "srid": 0},
+        "pt": {"wkb": bytes.fromhex("0101000000000000000000f03f0000000000000040"), "srid": 4326},
+        "u": "123e4567-e89b-12d3-a456-426614174000", "i4": "10.1.2.3", "i6": "::ffff:1.2.3.4",
     },
     2: {k: None for k in ["d65", "d12", "ubig", "sbig", "utiny", "stiny", "usmall", "umed", "uint", "f", "dbl",
                           "txt", "longt", "j", "dt6", "ts6", "t0", "t3", "y", "e", "s", "b1", "b10", "b64", "bl",
-                          "vb", "bn", "d", "dtz"]},
+                          "vb", "bn", "d", "dtz", "s2", "g", "pt", "u", "i4", "i6"]},
     3: {
         "d65": "0." + "0" * 30, "d12": Decimal("0.0000"), "ubig": Decimal(0), "sbig": 0, "utiny": 0, "stiny": 0,
         "usmall": 0, "umed": 0, "uint": 0, "f": 0.0, "dbl": 0.0, "txt": "", "longt": "", "j": "[]",
         "dt6": None, "ts6": None, "t0": "-838:59:59", "t3": "00:00:00.000", "y": None, "e": "x", "s": [],
         "b1": b"\x00", "b10": b"\x00\x00", "b64": b"\x00" * 8, "bl": b"", "vb": b"", "bn": b"\x00" * 4,
-        "d": None, "dtz": None,
+        "d": None, "dtz": None, "s2": [],
+        "g": {"wkb": bytes.fromhex("0101000000" + "00" * 16), "srid": 0},
+        "pt": {"wkb": bytes.fromhex("0101000000" + "00" * 16), "srid": 4326},
+        "u": "00000000-0000-0000-0000-000000000000", "i4": "0.0.0.0", "i6": "::",
     },
 }
 
@@ -68,10 +83,20 @@ def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path):
     types = dict(df.dtypes)
     assert types["d65"] == "string" and types["ubig"] == "decimal(20,0)" and types["s"] == "array<string>"
     assert types["dt6"] == "timestamp_ntz" and types["ts6"] == "timestamp" and types["b10"] == "binary"
+    assert types["g"] == "struct<wkb:binary,srid:int>" and types["u"] == "string" and types["i6"] == "string"
     # TIMESTAMP is an instant: render it in UTC to compare without the Python process's zone
     rows = {r["id"]: r.asDict() for r in df.selectExpr("*", "date_format(ts6, 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS ts6s")
             .drop("ts6").withColumnRenamed("ts6s", "ts6").collect()}
     for key, expected in EXPECTED.items():
-        got = {k: (bytes(v) if isinstance(v, (bytearray, memoryview)) else v) for k, v in rows[key].items()}
+        got = {k: plain(v) for k, v in rows[key].items()}
         for column, value in expected.items():
             assert got[column] == value, f"row {key}, column {column}: {got[column]!r} != {value!r}"
+
+
+def plain(value):
+    """A Spark value as plain Python: structs as dicts, binary as bytes."""
+    from pyspark.sql import Row
+
+    if isinstance(value, Row):
+        return {k: plain(v) for k, v in value.asDict().items()}
+    return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
