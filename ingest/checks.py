@@ -67,10 +67,12 @@ def freshness(behind: bool, since_merge_seconds: float | None, max_lag_seconds: 
                    f"{max_lag_seconds} s). Fix: check the sensor is on and its runs succeed", meta)
 
 
-def retention_headroom(end_seq: int, oldest_seq: int, head_seq: int) -> Verdict:
+def retention_headroom(end_seq: int, oldest_seq: int, head_seq: int, expiry_seconds: int | None = None) -> Verdict:
     """Binlog files the server keeps before the committed end. Gone: the next batch cannot run. At risk:
-    the file holding the end is the oldest kept and no longer the active one, so the next purge takes it."""
-    meta = {"headroom_files": end_seq - oldest_seq, "behind_files": head_seq - end_seq}
+    the file holding the end is the oldest kept and no longer the active one, so the next purge takes it
+    (a server with no expiry set purges only by hand, which the message says)."""
+    meta = {"headroom_files": end_seq - oldest_seq, "behind_files": head_seq - end_seq,
+            **({"binlog_expire_seconds": expiry_seconds} if expiry_seconds is not None else {})}
     if oldest_seq > end_seq:
         return Verdict(False, f"GONE: the server purged binlog files up to {oldest_seq - 1}, past the committed end "
                        f"(file {end_seq}). Fix: re-snapshot the tables", meta)
@@ -79,4 +81,7 @@ def retention_headroom(end_seq: int, oldest_seq: int, head_seq: int) -> Verdict:
                        f"(file {end_seq}) and batches are {head_seq - end_seq} file(s) behind; the next purge "
                        "loses changes. Fix: let the batches catch up, or keep binlogs longer "
                        "(binlog_expire_logs_seconds)", meta, warn_only=True)
+    if expiry_seconds == 0:
+        return Verdict(True, f"no expiry set: the server purges binlogs only by hand ({end_seq - oldest_seq} "
+                       "file(s) kept before the committed end)", meta)
     return Verdict(True, f"{end_seq - oldest_seq} binlog file(s) kept before the committed end", meta)

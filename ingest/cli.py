@@ -153,6 +153,29 @@ def status(args) -> int:
     return 0
 
 
+def check(args) -> int:
+    from ingest.config import DynamoDBSource, load_config
+    from ingest.sources.mysql.preflight import check_source, failed
+
+    config = load_config(args.sources)
+    names = [args.source] if args.source else list(config.sources)
+    problems = 0
+    for name in names:
+        if name not in config.sources:
+            raise UsageError(f"no source {name!r} in {config.path} (it has {', '.join(config.sources)})")
+        source = config.sources[name]
+        if isinstance(source, DynamoDBSource):
+            print(f"skip  source {name}: DynamoDB sources are checked when their assets run")
+            continue
+        from ingest.defs.factory import resolve_tables
+
+        findings = check_source(name, source, resolve_tables(name, source, config))
+        print("\n".join(f.line() for f in findings))
+        problems += len(failed(findings))
+    print(f"{problems} problem(s)" if problems else "all checks passed")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingest", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +193,16 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--source", help="only this source")
     st.add_argument("--table", help="only this table")
     st.set_defaults(run=status)
+
+    ck = commands.add_parser(
+        "check", help="preflight: connection, binlog settings, grants, anonymous users, tables, keys and types",
+        description="Connects to each MySQL/MariaDB source and reports, before anything runs: the binlog "
+                    "settings CDC needs, the ingest user's grants, anonymous accounts that shadow it, and per "
+                    "table whether it exists, has a primary key and only column types the contract covers "
+                    "(less the columns tables.columns.<table>.exclude leaves out). Each problem names its fix. "
+                    "Exit status 1 when there is a problem.")
+    ck.add_argument("--source", help="only this source")
+    ck.set_defaults(run=check)
 
     def webserver_args(p):
         p.add_argument("--url", default=os.environ.get("INGEST_WEBSERVER_URL", "http://127.0.0.1:3000"),

@@ -59,12 +59,19 @@ def behind(head: BinlogPosition, end: BinlogPosition) -> str:
     return f"{max(0, head.pos - end.pos)} bytes"
 
 
-def headroom(oldest_log: str, end: BinlogPosition) -> str:
-    """Binlog files the server may purge before the next batch's start is gone (pure)."""
+def headroom(oldest_log: str, end: BinlogPosition, expiry_seconds: int | None = None) -> str:
+    """Binlog files the server may purge before the next batch's start is gone (pure). A server that
+    never expires binlogs purges only by hand: "0 file(s)" there is no alarm, so it says so."""
     oldest = BinlogPosition(oldest_log, 4)
     if oldest.seq > end.seq:
         return "GONE: purged past the committed end; re-snapshot"
-    return f"{end.seq - oldest.seq} file(s)"
+    kept = f"{end.seq - oldest.seq} file(s)"
+    if expiry_seconds == 0:
+        return f"no expiry set ({kept} before)"
+    if expiry_seconds:
+        return f"{kept}, expiry {expiry_seconds / 86_400:g} d" if expiry_seconds >= 86_400 else \
+            f"{kept}, expiry {expiry_seconds / 3600:g} h"
+    return kept
 
 
 def table_status(lake_root: str, name: str, table: str, source_state, binlog: bool) -> TableStatus:
@@ -90,8 +97,8 @@ def table_status(lake_root: str, name: str, table: str, source_state, binlog: bo
     elif end is None:
         head_text, room = "-", "-"
     else:
-        head, oldest = source_state
-        head_text, room = behind(head, end), headroom(oldest, end)
+        head, oldest, expiry = source_state
+        head_text, room = behind(head, end), headroom(oldest, end, expiry)
     return TableStatus(
         name, table, snapshot,
         f"{bronze.metadata['batch']} ({ago(bronze.timestamp, now)})" if bronze else "-",
@@ -100,13 +107,14 @@ def table_status(lake_root: str, name: str, table: str, source_state, binlog: bo
         head_text, room)
 
 
-def source_position(source) -> tuple[BinlogPosition, str] | str:
-    """The binlog head and oldest binlog of a MySQL source, or why they could not be read."""
-    from ingest.sources.mysql.binlog import binary_logs, master_position
+def source_position(source) -> tuple[BinlogPosition, str, int] | str:
+    """The binlog head, oldest binlog and binlog expiry (seconds) of a MySQL source, or why they could
+    not be read."""
+    from ingest.sources.mysql.binlog import binary_logs, binlog_expiry_seconds, master_position
     from ingest.sources.mysql.schema import connection_params
 
     try:
         with connection_params(source).connect() as conn:
-            return master_position(conn), binary_logs(conn)[0][0]
+            return master_position(conn), binary_logs(conn)[0][0], binlog_expiry_seconds(conn)
     except Exception as exc:  # noqa: BLE001 - shown in the table instead of stopping it
         return f"source unreachable ({exc.__class__.__name__})"

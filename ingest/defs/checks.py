@@ -94,8 +94,8 @@ def batch_checks(name: str, source, table: str) -> list[AssetChecksDefinition]:
             if isinstance(state, str) or end is None:
                 return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
                                         description=state if isinstance(state, str) else "no snapshot or batch yet")
-            head, oldest = state
-            return _result(retention_headroom(end.seq, BinlogPosition(oldest, 4).seq, head.seq))
+            head, oldest, expiry = state
+            return _result(retention_headroom(end.seq, BinlogPosition(oldest, 4).seq, head.seq, expiry))
 
         checks.append(_headroom)
     return checks

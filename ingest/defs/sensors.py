@@ -19,6 +19,7 @@ from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+from ingest.sources.mysql.preflight import check_source, failed
 from ingest.sources.mysql.schema import connection_params
 
 SNAPSHOT_TAG = "ingest/snapshot"
@@ -131,10 +132,13 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         if last_end is None:
             if tables_now.waiting or not tables_now.ready:
                 waiting = tables_now.waiting or tables
+                # before the first batch, the preflight (`ingest check`) says what would stop the source
+                problems = [f.line() for f in failed(check_source(name, source, tables))]
                 return SkipReason(f"waiting for the snapshots of {', '.join(waiting)}: materialize "
                                   f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start "
                                   "from the earliest snapshot position"
-                                  + "".join(f". {m}" for m in tables_now.quarantined.values()))
+                                  + "".join(f". {m}" for m in tables_now.quarantined.values())
+                                  + "".join(f"\n{line}" for line in problems))
             first_start = min(tables_now.ready.values())
         start = last_end or first_start
         # A batch created for this start and not logged as complete (its run failed, was canceled, or

@@ -53,6 +53,8 @@ def test_freshness_is_judged_only_when_the_source_is_ahead():
 
 
 def test_retention_headroom():
+    never = retention_headroom(end_seq=5, oldest_seq=5, head_seq=5, expiry_seconds=0)
+    assert never.passed and never.description.startswith("no expiry set")
     assert retention_headroom(end_seq=5, oldest_seq=3, head_seq=6).passed
     assert retention_headroom(end_seq=5, oldest_seq=3, head_seq=6).metadata["headroom_files"] == 2
     assert retention_headroom(end_seq=5, oldest_seq=5, head_seq=5).passed  # the end is in the active file

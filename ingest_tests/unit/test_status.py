@@ -15,6 +15,10 @@ def test_behind_and_headroom_are_read_from_the_binlog_files():
     assert behind(BinlogPosition("mysql-bin.000009", 4), end) == "2 binlog file(s)"
     assert headroom("mysql-bin.000004", end) == "3 file(s)"
     assert headroom("mysql-bin.000008", end).startswith("GONE")
+    # a server that never expires binlogs: no alarm in "0 file(s)"
+    assert headroom("mysql-bin.000007", end, expiry_seconds=0) == "no expiry set (0 file(s) before)"
+    assert headroom("mysql-bin.000006", end, expiry_seconds=7 * 86_400) == "1 file(s), expiry 7 d"
+    assert headroom("mysql-bin.000008", end, expiry_seconds=0).startswith("GONE")
 
 
 def test_ages_and_the_table_layout():

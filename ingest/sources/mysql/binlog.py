@@ -66,6 +66,23 @@ def binary_logs(conn) -> list[tuple[str, int]]:
         return [(r[0], int(r[1])) for r in cur.fetchall()]
 
 
+def binlog_expiry_seconds(conn) -> int:
+    """How long the server keeps binlogs before purging them by itself; 0: it never does."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SELECT @@binlog_expire_logs_seconds")
+            seconds = int(cur.fetchone()[0] or 0)
+        except pymysql.err.MySQLError:  # servers before MySQL 8 / MariaDB 10.6 know only days
+            seconds = 0
+        if seconds:
+            return seconds
+        try:
+            cur.execute("SELECT @@expire_logs_days")
+            return int(float(cur.fetchone()[0] or 0) * 86_400)
+        except pymysql.err.MySQLError:  # MySQL 8.4 removed it
+            return 0
+
+
 def check_available(conn, source: str, needed: BinlogPosition, tables: Sequence[str]) -> list[tuple[str, int]]:
     """The server's binlogs, after making sure `needed` is still among them."""
     logs = binary_logs(conn)
