@@ -33,6 +33,10 @@ def _json_value(value: Any) -> Any:
         return {"base64": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, (Decimal, dt.date, dt.datetime)):
         return str(value)
+    if isinstance(value, dict):  # a struct (spatial: wkb and srid)
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
     return value
 
 

@@ -45,3 +45,23 @@ def test_empty_set_from_the_binlog_is_an_empty_array():
     decoder = TableDecoder.from_table_map("t", [MappedColumn("s", 248)])
     assert decoder.row({"s": None}, {"s": "empty set"}) == {"s": []}
     assert decoder.row({"s": None}, {"s": "null"}) == {"s": None}
+
+
+def test_before_images_keep_struct_and_binary_values_as_json():
+    import json
+
+    from ingest.lake.bronze import image_json
+
+    image = json.loads(image_json({"g": {"wkb": b"\x01\x02", "srid": 4326}, "s": ["a", "b"], "b": b"\xff"}))
+    assert image == {"g": {"wkb": {"base64": "AQI="}, "srid": 4326}, "s": ["a", "b"], "b": {"base64": "/w=="}}
+
+
+def test_excluded_columns_are_dropped_and_declared_types_used_on_decode():
+    from ingest.sources.mysql.events import CapturedTable
+
+    mapped = [MappedColumn("id", 3), MappedColumn("u", 254, binary=True, length=16),
+              MappedColumn("loc", 255, binary=True), MappedColumn("s", 248, members=("z", "a"))]
+    decoder = TableDecoder.from_table_map("t", mapped, CapturedTable(("id",), frozenset({"loc"}), {"u": "uuid"}))
+    assert [c.name for c in decoder.columns] == ["id", "u", "s"]
+    row = decoder.row({"id": 1, "u": bytes(15) + b"\x01", "loc": b"x", "s": {"a", "z"}})
+    assert row == {"id": 1, "u": "00000000-0000-0000-0000-000000000001", "s": ["z", "a"]}
