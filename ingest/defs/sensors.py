@@ -8,6 +8,7 @@ from dagster import (
 )
 
 import time
+import warnings
 from typing import NamedTuple
 
 from ingest.batches import Action, FailedRun, plan_tables
@@ -80,9 +81,13 @@ def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dic
     for table in tables:
         key = table_key(name, table, "snapshot")
         last = latest_materialization(instance, key)
-        planned = instance.fetch_planned_materializations(
-            AssetRecordsFilter(asset_key=key, after_storage_id=last.storage_id if last else None),
-            limit=LOOK_BACK).records
+        with warnings.catch_warnings():
+            # marked for removal in Dagster 2.0 with no replacement named yet (the pin is 1.13); failure
+            # events per asset are not written for in-process or single-step runs, planned ones are
+            warnings.simplefilter("ignore", DeprecationWarning)
+            planned = instance.fetch_planned_materializations(
+                AssetRecordsFilter(asset_key=key, after_storage_id=last.storage_id if last else None),
+                limit=LOOK_BACK).records
         for run_id in dict.fromkeys(r.run_id for r in planned):
             record = instance.get_run_record_by_id(run_id)
             if record is None:
