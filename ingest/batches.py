@@ -83,6 +83,11 @@ class TablePlan:
     messages: list[str]
 
 
+def usable_snapshot(table: str, start, skipped_until: dict[str, object]) -> bool:
+    """A complete snapshot whose log start is not before a batch that left the table out (pure)."""
+    return start is not None and not (table in skipped_until and start < skipped_until[table])
+
+
 def plan_tables(source: str, starts: dict[str, object], skipped_until: dict[str, object], running: set[str],
                 failures: dict[str, Sequence[FailedRun]], cdc_started: bool, now: float, max_attempts: int,
                 base_seconds: float) -> TablePlan:
@@ -100,8 +105,8 @@ def plan_tables(source: str, starts: dict[str, object], skipped_until: dict[str,
     ready, waiting, snapshot, quarantined, messages = {}, [], [], {}, []
     for table in sorted(starts):
         start, failed = starts[table], list(failures.get(table, ()))
-        stale = start is not None and table in skipped_until and start < skipped_until[table]
-        if start is not None and not stale:
+        stale = start is not None and not usable_snapshot(table, start, skipped_until)
+        if usable_snapshot(table, start, skipped_until):
             ready[table] = start
             continue
         if table in running:
