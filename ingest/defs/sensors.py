@@ -141,7 +141,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             if tables_now.waiting or not tables_now.ready:
                 waiting = tables_now.waiting or tables
                 # before the first batch, the preflight (`ingest check`) says what would stop the source
-                problems = [f.line() for f in failed(check_source(name, source, tables))]
+                # (of the tables that exist: one the config names may be created later, and waits for it)
+                problems = [f.line() for f in failed(check_source(name, source, list(starts)))]
                 return SkipReason(f"waiting for the snapshots of {', '.join(waiting)}: materialize "
                                   f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start "
                                   "from the earliest snapshot position"
