@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ingest.localdev.processes import alive
 from ingest.paths import local_dir
 
 # Why each default: UTC so TIMESTAMP values mean the same instant on every machine (DESIGN
@@ -97,20 +98,6 @@ def jars(folder: Path | None = None) -> list[str]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (our own child that ended) counts as gone
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -130,7 +117,7 @@ def read_state(folder: Path | None = None) -> ServerState | None:
         state = ServerState(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return state if _alive(state.pid) else None
+    return state if alive(state.pid) else None
 
 
 def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[str]:
@@ -179,7 +166,7 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
 def _wait_listening(state: ServerState, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not _listening(state.port):
-        if not _alive(state.pid):
+        if not alive(state.pid):
             raise SparkUnavailable(f"the local Spark Connect server (pid {state.pid}) exited while starting; "
                                    f"see {state.log}")
         if time.monotonic() > deadline:
@@ -197,9 +184,9 @@ def stop_local(folder: Path | None = None, timeout: float = 30.0) -> ServerState
         return None
     os.killpg(state.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(state.pid) and time.monotonic() < deadline:
+    while alive(state.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _alive(state.pid):
+    if alive(state.pid):
         os.killpg(state.pid, signal.SIGKILL)
     return state
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pymysql
 
+from ingest.localdev.processes import alive
+
 # The least privileges the ingest user needs: SELECT for snapshots,
 # REPLICATION SLAVE to read the binlog, REPLICATION CLIENT (BINLOG MONITOR in
 # MariaDB) for SHOW MASTER STATUS / SHOW BINARY LOGS.
@@ -55,11 +57,7 @@ class MariaDBServer:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        return pid
+        return pid if alive(pid) else None
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the server (initialising the datadir if new); a running one is kept."""
@@ -134,9 +132,7 @@ class MariaDBServer:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not alive(pid):  # gone, or a zombie child of ours: it shut down
                 return
             time.sleep(0.1)
         os.kill(pid, signal.SIGKILL)
