@@ -62,6 +62,9 @@ class BatchRetries(_Model):
     """Runs of one change batch before the sensor stops the source and says so (it never skips a batch)."""
     retry_backoff_seconds: Annotated[int, Field(ge=0, le=86_400)] = 10
     """Wait before the first re-run of a failed batch; each further failure doubles it."""
+    max_run_seconds: Annotated[int, Field(ge=60, le=7 * 86_400)] = 7200
+    """A batch run still going after this long is failed by run monitoring (`dagster/max_runtime`) and
+    runs again: the backstop for a worker that hangs, or that died where the sensor cannot see it."""
 
 
 class CdcSettings(BatchRetries):

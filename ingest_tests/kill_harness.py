@@ -20,7 +20,7 @@ keys silver holds twice or changes bronze holds twice (duplicated), rows
 silver holds that the source deleted (extra) and rows with other values
 (wrong).
 
-Short form: `ingest_tests/integration/test_kill_harness.py` (10 trials, in
+Short form: `ingest_tests/integration/test_kill_harness.py` (8 trials, in
 `bin/test`). Long form, with its own MariaDB and Spark:
 
     .venv/bin/python -m ingest_tests.kill_harness --trials 100 [--seed N]
@@ -281,7 +281,7 @@ class KillHarness:
 
 # ---------------------------------------------------------------- recovery by the sensor alone
 
-SENSOR_POINTS = ("before_write", "mid_bronze", "after_bronze", "mid_silver", "cancel")
+SENSOR_POINTS = ("before_write", "mid_bronze", "after_bronze", "mid_silver", "cancel", "reboot")
 
 
 @dataclass
@@ -289,6 +289,8 @@ class SensorTrial(Trial):
     run_id: str = ""
     recovered_by: str = ""
     """The run that completed the killed run's batch (launched by the sensor)."""
+    ended_as: str = ""
+    """How the killed run ended: its status and the message of its failure."""
 
     def line(self) -> str:
         return super().line() + f" recovered by {self.recovered_by[:8] or 'NONE'}"
@@ -302,7 +304,9 @@ class SensorRecoveryHarness(KillHarness):
 
     Kill points: before_write (the run started, nothing written yet), mid_bronze (during the bronze
     append), after_bronze (right after bronze committed, before silver), mid_silver (during the silver
-    step), cancel (stopped at a random point, then marked canceled)."""
+    step), cancel (stopped at a random point, then marked canceled), reboot (the run worker killed with
+    the code server that watched it, mid-bronze or mid-silver: nothing marks the run failed, so the
+    sensor must see that its worker is gone)."""
 
     def __init__(self, *args):
         super().__init__(*args, cdc={"min_interval_seconds": 1, "retry_backoff_seconds": 2})
@@ -341,15 +345,23 @@ class SensorRecoveryHarness(KillHarness):
         trial.run_id = run_id
         marker, delay = self._sensor_kill_point(point)
         trial.point = f"{point} +{delay:.2f}s"
-        trial.killed = self._kill_when(run_id, marker, delay, cancel=point == "cancel")
+        trial.killed = self._kill_when(run_id, marker, delay, cancel=point == "cancel", reboot=point == "reboot")
         self._wait(lambda: self._converged(head), 600, "the sensor to bring the batch log to the binlog head")
         trial.recovered_by = next((r.dagster_run.run_id for r in self._runs()
                                    if r.dagster_run.run_id != run_id and r.dagster_run.status.value == "SUCCESS"
                                    and r.dagster_run.tags.get("dagster/partition")
                                    == self._run(run_id).tags.get("dagster/partition")), "")
+        trial.ended_as = self._ending(run_id)
         self._compare(trial)
         trial.seconds = time.monotonic() - started
         return trial
+
+    def _ending(self, run_id: str) -> str:
+        from dagster import DagsterEventType
+
+        records = self.h.instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE).records
+        message = records[-1].event_log_entry.dagster_event.message if records else ""
+        return f"{self._run(run_id).status.value}: {message}"
 
     def _sensor_kill_point(self, point: str) -> tuple[re.Pattern | None, float]:
         if point == "before_write":
@@ -360,12 +372,14 @@ class SensorRecoveryHarness(KillHarness):
             return re.compile(rf"bronze src/{TABLE} batch \S+: committed"), 0.0
         if point == "mid_silver":
             return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 2.0)
-        # cancel: stuck somewhere in the bronze append or the silver merge (a warm batch takes seconds)
+        # cancel and reboot: somewhere in the bronze append or the silver merge (a warm batch takes seconds)
         which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: appending", rf"silver src/{TABLE} batch \S+: merging"])
         return re.compile(which), self.rng.uniform(0, 0.5)
 
-    def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool) -> bool:
-        """Wait for the marker in the run's event log, then SIGKILL (or SIGSTOP and cancel) its worker."""
+    def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool,
+                   reboot: bool = False) -> bool:
+        """Wait for the marker in the run's event log, then SIGKILL (or SIGSTOP and cancel) its worker;
+        with `reboot`, the code server that started the worker too (and everything below it)."""
         pid = self._wait(lambda: self._worker_pid(run_id), 120, f"run {run_id}'s process")
         deadline = time.monotonic() + 300
         while marker is not None and not any(marker.search(m) for m in self._messages(run_id)):
@@ -375,7 +389,7 @@ class SensorRecoveryHarness(KillHarness):
         time.sleep(delay)
         if self._run(run_id).is_finished:
             return False
-        family = _descendants(pid)
+        family = _descendants(_parent(pid) if reboot else pid)
         if cancel:  # stuck: it stops answering; a user force-terminates it in the UI (marked canceled)
             for p in family:
                 _signal(p, signal.SIGSTOP)
@@ -439,17 +453,21 @@ def _descendants(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(_parent(int(entry)), []).append(int(entry))
             except (OSError, ValueError, IndexError):
                 continue
-            children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
         out.append(p)
         todo += children.get(p, [])
     return out
+
+
+def _parent(pid: int) -> int:
+    """The parent PID of `pid`, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _signal(pid: int, sig: int) -> None:

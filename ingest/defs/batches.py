@@ -26,6 +26,8 @@ from ingest.lake.tables import CHANGES, InOrder
 SOURCE_TAG = "ingest/source"
 ATTEMPT_TAG = "ingest/attempt"
 GAVE_UP_TAG = "ingest/gave_up"
+WORKER_TAG = "ingest/worker"
+"""`host:pid:start` of the process running a batch (see localdev.processes.process_identity)."""
 FAILED_STATUSES = [DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 CONTIGUITY = "batch_contiguity"
 LOOK_BACK = 200
@@ -152,13 +154,43 @@ def incomplete_batch(instance, tags: dict[str, str], source: str, batch: str, se
 
 
 def batch_request(instance, batch: str, run_key_prefix: str, tags: dict[str, str], selection: Sequence[AssetKey],
-                  checks: Sequence[AssetCheckKey], attempt: int = 1) -> RunRequest:
+                  checks: Sequence[AssetCheckKey], attempt: int = 1, max_runtime: int | None = None) -> RunRequest:
     """A run of every step of `batch`. Its run key counts the batch's runs so far: a batch that must run
-    again gets a new key (the daemon drops a request whose key it has launched before)."""
+    again gets a new key (the daemon drops a request whose key it has launched before). Run monitoring
+    fails a run that outlives `max_runtime` seconds (`dagster/max_runtime`), wherever its worker runs."""
     runs = instance.get_runs_count(RunsFilter(tags={**tags, "dagster/partition": batch}))
     return RunRequest(run_key=f"{run_key_prefix}{batch}:run{runs + 1}", partition_key=batch,
-                      tags={**tags, ATTEMPT_TAG: str(attempt)},
+                      tags={**tags, ATTEMPT_TAG: str(attempt),
+                            **({"dagster/max_runtime": str(max_runtime)} if max_runtime else {})},
                       asset_selection=list(selection), asset_check_keys=list(checks))
+
+
+def record_worker(context) -> None:
+    """Tag the run with the process running its steps, for `fail_dead_runs`."""
+    from ingest.localdev.processes import process_identity
+
+    context.instance.add_run_tags(context.run.run_id, {WORKER_TAG: process_identity()})
+
+
+def fail_dead_runs(instance, tags: dict[str, str]) -> list[str]:
+    """Mark failed the STARTED runs (with `tags`) whose worker process is gone, and say so.
+
+    The code server marks a run failed when its worker dies; when both die (a reboot, the OOM killer)
+    the run stays STARTED and its source's sensor would wait for it forever. The batch then counts as
+    failed and runs again under the sensor's retry policy."""
+    from ingest.localdev.processes import process_alive
+
+    said = []
+    for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED], tags=tags), limit=10):
+        run = record.dagster_run
+        worker = run.tags.get(WORKER_TAG)
+        if worker and process_alive(worker) is False:
+            message = (f"run {run.run_id} of batch {run.tags.get('dagster/partition')}: its worker process "
+                       f"({worker}) is gone, and nothing marked the run failed (its code server died with it: a "
+                       "reboot or the OOM killer). Marked failed by the sensor; the batch runs again")
+            instance.report_run_failed(run, message)
+            said.append(message)
+    return said
 
 
 def give_up_events(instance, decision: RetryDecision, tags: dict[str, str], batch: str,

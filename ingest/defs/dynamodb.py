@@ -10,8 +10,8 @@ from dagster import (
 from ingest.batches import Action
 from ingest.config import DynamoDBSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, batch_log_asset, batch_request, check_key, contiguity_check, give_up_events,
-    incomplete_batch,
+    LOOK_BACK, SOURCE_TAG, batch_log_asset, batch_request, check_key, contiguity_check, fail_dead_runs,
+    give_up_events, incomplete_batch, record_worker,
 )
 from ingest.defs.factory import latest_metadata, silver_asset
 from ingest.defs.sensors import ACTIVE_STATUSES
@@ -62,6 +62,7 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
         metadata={"lake/layer": "bronze", "source": name, "table": table},
     )
     def _changes(context: AssetExecutionContext) -> InOrder:
+        record_worker(context)
         settings = getattr(context.resources, resource_key(name)).settings()
         # Each batch starts at its predecessor's committed end: a range runs them in order.
         return InOrder([StreamBatchWrite(name, table, batch, settings, dict(source.attributes.get(table, {})),
@@ -91,6 +92,8 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
         requests, adds, waiting, events = [], [], [], []
         for table in source.tables:
             tags = {SOURCE_TAG: name, TABLE_TAG: table}
+            for message in fail_dead_runs(context.instance, tags):
+                context.log.warning(message)
             if context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1):
                 waiting.append(f"{table}: a batch run is still going")
                 continue
@@ -107,7 +110,7 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
                     context.instance, tags, f"{name} (table {table})", batch, source.cdc,
                     f"ingest backfill {name} --table {table} --partitions {batch} --wait")
                 if decision.action == Action.RUN:
-                    requests.append(_batch_request(context.instance, name, table, batch, decision.attempt))
+                    requests.append(_batch_request(context.instance, name, source, table, batch, decision.attempt))
                     continue
                 if decision.action == Action.GIVE_UP:
                     events += give_up_events(context.instance, decision, tags, batch, batch_log_key(name, table))
@@ -126,7 +129,7 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
                 continue
             key = batch_key(done + 1)
             adds.append(partitions[table].build_add_request([key]))
-            requests.append(_batch_request(context.instance, name, table, key))
+            requests.append(_batch_request(context.instance, name, source, table, key))
         if not requests:
             return SensorResult(skip_reason=SkipReason("; ".join(waiting) or "no tables"), asset_events=events)
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds, asset_events=events)
@@ -143,9 +146,10 @@ def batch_selection(name: str, table: str) -> list[AssetKey]:
     return [AssetKey([name, table, CHANGES]), AssetKey([name, table]), batch_log_key(name, table)]
 
 
-def _batch_request(instance, name: str, table: str, key: str, attempt: int = 1) -> RunRequest:
+def _batch_request(instance, name: str, source: DynamoDBSource, table: str, key: str, attempt: int = 1) -> RunRequest:
     return batch_request(instance, key, f"{table}:", {SOURCE_TAG: name, TABLE_TAG: table},
-                         batch_selection(name, table), [check_key(batch_log_key(name, table))], attempt)
+                         batch_selection(name, table), [check_key(batch_log_key(name, table))], attempt,
+                         source.cdc.max_run_seconds)
 
 
 def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str

@@ -12,6 +12,7 @@ from dagster import (
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
+from ingest.defs.batches import record_worker
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
@@ -133,6 +134,7 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                     "batch in the batch log; the partition key is the binlog range [start, end).",
     )
     def _batch(context: AssetExecutionContext):
+        record_worker(context)
         lake = context.resources.lake
         selected = context.op_execution_context.selected_output_names
         params = connection_params(source)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ingest.batches import Action, FailedRun, plan_tables, usable_snapshot
 from ingest.config import MySQLSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, batch_request, check_key, give_up_events, incomplete_batch, run_error,
+    LOOK_BACK, SOURCE_TAG, batch_request, check_key, fail_dead_runs, give_up_events, incomplete_batch, run_error,
 )
 from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
@@ -119,6 +119,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                     "(not in the batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
+        for message in fail_dead_runs(context.instance, tags):
+            context.log.warning(message)
         active = context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
         if active:
             return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
@@ -161,7 +163,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             if decision.action == Action.RUN:
                 context.log.info(decision.message)
                 return SensorResult(run_requests=[batch_request(context.instance, batch, "", tags, batch_assets,
-                                                                [check_key(log_key)], decision.attempt)])
+                                                                [check_key(log_key)], decision.attempt,
+                                                                source.cdc.max_run_seconds)])
             events = give_up_events(context.instance, decision, tags, batch, log_key) \
                 if decision.action == Action.GIVE_UP else []
             return SensorResult(skip_reason=SkipReason(decision.message), asset_events=events)
@@ -183,7 +186,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             context.update_cursor(key)
             # reconciliation reads the whole source table, too much for every batch; the batch log's
             # contiguity check reads only a Delta log
-            requests.append(batch_request(context.instance, key, "", tags, batch_assets, [check_key(log_key)]))
+            requests.append(batch_request(context.instance, key, "", tags, batch_assets, [check_key(log_key)],
+                                          max_runtime=source.cdc.max_run_seconds))
             adds.append(partitions.build_add_request([key]))
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 

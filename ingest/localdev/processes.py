@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 
 
@@ -34,3 +35,33 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:  # no /proc here: it exists, as far as anyone can tell
         return True
+
+
+# Which process runs a batch, and whether it still exists: how a sensor tells a dead run from a slow one.
+# Dagster's default run launcher cannot check a run worker's health; when the worker dies with the code
+# server that watched it (a reboot, the OOM killer taking both), nothing marks the run failed and it stays
+# STARTED. A batch step records where it runs; the process start time (/proc/<pid>/stat, clock ticks
+# since boot) tells the worker from a later process that reused its PID.
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]  # field 22, starttime
+    except (OSError, IndexError):
+        return None
+
+
+def process_identity(pid: int | None = None) -> str:
+    """`host:pid:start` of this process (or of `pid`); start is empty where there is no /proc."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or ''}"
+
+
+def process_alive(identity: str) -> bool | None:
+    """Whether the process `identity` names still runs; None when it ran on another host (cannot tell)."""
+    host, pid_text, start = identity.rsplit(":", 2)
+    if host != socket.gethostname():
+        return None
+    pid = int(pid_text)
+    return alive(pid) and (not start or _start_ticks(pid) == start)

@@ -37,4 +37,8 @@ def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_al
     assert {t.phase for t in report.trials if t.killed} == set(SENSOR_POINTS), report.summary()
     # the killed run's batch was completed by a later run the sensor launched, not skipped
     assert all(t.recovered_by for t in report.trials if t.killed), report.summary()
+    # a worker killed with its code server: only the sensor could mark its run failed, and did
+    for t in report.trials:
+        if t.phase == "reboot" and t.killed:
+            assert t.ended_as.startswith("FAILURE") and "worker process" in t.ended_as, t.ended_as
     assert all(t.clean for t in report.trials), report.summary()

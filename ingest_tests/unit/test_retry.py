@@ -72,3 +72,22 @@ def test_delta_commit_races_are_write_conflicts_and_other_errors_are_not():
     assert is_write_conflict(RuntimeError("io.delta.exceptions.ProtocolChangedException: [DELTA_PROTOCOL_CHANGED] "
                                           "The protocol version of the Delta table has been changed"))
     assert not is_write_conflict(RuntimeError("[DELTA_MISSING_COLUMN] Cannot find id in table columns"))
+
+
+def test_a_run_worker_identity_tells_a_dead_process_and_a_reused_pid():
+    import socket
+    import subprocess
+
+    from ingest.localdev.processes import process_alive, process_identity
+
+    me = process_identity()
+    assert process_alive(me) is True
+    child = subprocess.Popen(["sleep", "30"])
+    identity = process_identity(child.pid)
+    assert process_alive(identity) is True
+    child.kill()
+    child.wait()
+    assert process_alive(identity) is False
+    host, pid, _ = me.rsplit(":", 2)
+    assert process_alive(f"{host}:{pid}:1") is False  # same PID, another start time: a reused PID
+    assert process_alive(f"not-{socket.gethostname()}:{pid}:") is None  # another host: cannot tell
