@@ -105,10 +105,10 @@ def plan_tables(source: str, starts: dict[str, object], skipped_until: dict[str,
     ready, waiting, snapshot, quarantined, messages = {}, [], [], {}, []
     for table in sorted(starts):
         start, failed = starts[table], list(failures.get(table, ()))
-        stale = start is not None and not usable_snapshot(table, start, skipped_until)
         if usable_snapshot(table, start, skipped_until):
             ready[table] = start
             continue
+        stale = start is not None  # complete, but older than a batch that left the table out
         if table in running:
             waiting.append(table)
             continue

@@ -155,6 +155,7 @@ def status(args) -> int:
 
 def check(args) -> int:
     from ingest.config import DynamoDBSource, load_config
+    from ingest.defs.factory import resolve_tables
     from ingest.sources.mysql.preflight import check_source, failed
 
     config = load_config(args.sources)
@@ -167,8 +168,6 @@ def check(args) -> int:
         if isinstance(source, DynamoDBSource):
             print(f"skip  source {name}: DynamoDB sources are checked when their assets run")
             continue
-        from ingest.defs.factory import resolve_tables
-
         findings = check_source(name, source, resolve_tables(name, source, config))
         print("\n".join(f.line() for f in findings))
         problems += len(failed(findings))

@@ -2,19 +2,20 @@
 
 # No `from __future__ import annotations`: Dagster inspects the context annotation.
 
+import time
+import warnings
+from typing import NamedTuple
+
 from dagster import (
     AssetKey, AssetSelection, DagsterRunStatus, DefaultSensorStatus, DynamicPartitionsDefinition,
     RunRequest, RunsFilter, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor,
 )
 
-import time
-import warnings
-from typing import NamedTuple
-
 from ingest.batches import Action, FailedRun, plan_tables, usable_snapshot
 from ingest.config import MySQLSource
 from ingest.defs.batches import (
-    LOOK_BACK, SOURCE_TAG, batch_request, check_key, fail_dead_runs, give_up_events, incomplete_batch, run_error,
+    FAILED_STATUSES, LOOK_BACK, SOURCE_TAG, batch_request, check_key, fail_dead_runs, give_up_events,
+    incomplete_batch, run_error,
 )
 from ingest.defs.factory import table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
@@ -73,7 +74,6 @@ def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dic
     of several snapshots counts against the ones it did not land only)."""
     from dagster import AssetRecordsFilter
 
-    from ingest.defs.batches import FAILED_STATUSES
     from ingest.defs.factory import latest_materialization
 
     running: set[str] = set()

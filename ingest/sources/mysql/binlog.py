@@ -31,12 +31,17 @@ REQUIRED_SETTINGS = {"log_bin": "1", "binlog_format": "ROW", "binlog_row_image":
                      "binlog_row_metadata": "FULL"}
 
 
-def check_binlog_settings(conn, source: str) -> None:
-    """Refuse a server whose binlog cannot feed CDC, naming the setting and the fix."""
+def wrong_binlog_settings(conn) -> dict[str, str]:
+    """The settings among REQUIRED_SETTINGS the server has otherwise, with their values ({} when fine)."""
     with conn.cursor() as cur:
         cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
         values = dict(zip(REQUIRED_SETTINGS, (str(v).upper() for v in cur.fetchone())))
-    bad = {k: v for k, v in values.items() if v != REQUIRED_SETTINGS[k]}
+    return {k: v for k, v in values.items() if v != REQUIRED_SETTINGS[k]}
+
+
+def check_binlog_settings(conn, source: str) -> None:
+    """Refuse a server whose binlog cannot feed CDC, naming the setting and the fix."""
+    bad = wrong_binlog_settings(conn)
     if bad:
         found = ", ".join(f"{k}={v}" for k, v in bad.items())
         raise BinlogSettingsError(

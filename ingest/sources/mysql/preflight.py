@@ -115,9 +115,10 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
     """Every finding for one MySQL source and its selected tables (connects to the server)."""
     import pymysql
 
-    from ingest.sources.mysql.binlog import REQUIRED_SETTINGS, binlog_expiry_seconds
+    from ingest.sources.mysql.binlog import REQUIRED_SETTINGS, binlog_expiry_seconds, wrong_binlog_settings
     from ingest.sources.mysql.errors import MySQLSourceError, NoPrimaryKey, TableNotFound
-    from ingest.sources.mysql.schema import MySQLColumn, connection_params, describe_table, list_tables
+    from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
+    from ingest.sources.mysql.types import MySQLColumn
 
     subject = f"source {name}"
     try:
@@ -143,9 +144,7 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
         if shadow:
             findings.append(Finding(WARN if current.split("@")[0] else FAIL, subject, shadow))
 
-        cur.execute("SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata")
-        values = dict(zip(REQUIRED_SETTINGS, (str(v).upper() for v in cur.fetchone())))
-        bad = {k: v for k, v in values.items() if v != REQUIRED_SETTINGS[k]}
+        bad = wrong_binlog_settings(conn)
         if bad:
             findings.append(Finding(FAIL, subject, "the binlog cannot feed CDC (" + ", ".join(
                 f"{k}={v}" for k, v in bad.items()) + "). Fix: " + ", ".join(

@@ -140,7 +140,7 @@ def padded_bytes(length: int) -> Callable[[Any], bytes]:
     return convert
 
 
-def spatial_value(value: Any) -> dict[str, Any] | None:
+def spatial_value(value: Any) -> dict[str, Any]:
     """MySQL's internal geometry (a 4-byte little-endian SRID, then OGC WKB), as Debezium gives it."""
     data = as_bytes(value)
     return {"wkb": data[4:], "srid": int.from_bytes(data[:4], "little")}
@@ -254,6 +254,19 @@ DECLARED_ONLY = {"uuid", "inet4", "inet6", "vector"}
 information_schema (see events.CapturedTable)."""
 
 
+# Kinds whose contract does not depend on the column's size, precision or sign.
+_FIXED = {
+    "date": ColumnType("date", valid_date),
+    "datetime": ColumnType("timestamp_ntz", valid_datetime),
+    "timestamp": ColumnType("timestamp", utc_instant),
+    "year": ColumnType("smallint", year_value),
+    "uuid": ColumnType("string", uuid_text),
+    "inet4": ColumnType("string", inet4_text),
+    "inet6": ColumnType("string", inet6_text),
+    "vector": ColumnType("array<float>", vector_floats),
+}
+
+
 def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
     """The contract for one column; raises UnsupportedColumnType for anything outside it."""
     kind = column.data_type.lower()
@@ -279,28 +292,14 @@ def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
         return ColumnType("binary", as_bytes)
     if kind == "set":
         return ColumnType("array<string>", set_members(column.members))
-    if kind in SPATIAL:
-        return ColumnType(SPATIAL_TYPE, spatial_value)
-    if kind == "uuid":
-        return ColumnType("string", uuid_text)
-    if kind == "inet4":
-        return ColumnType("string", inet4_text)
-    if kind == "inet6":
-        return ColumnType("string", inet6_text)
-    if kind == "vector":
-        return ColumnType("array<float>", vector_floats)
     if kind == "bit":
         return ColumnType("binary", bit_bytes(column.numeric_precision or 1))
-    if kind == "date":
-        return ColumnType("date", valid_date)
-    if kind == "datetime":
-        return ColumnType("timestamp_ntz", valid_datetime)
-    if kind == "timestamp":
-        return ColumnType("timestamp", utc_instant)
     if kind == "time":
         return ColumnType("string", time_text(column.datetime_precision or 0))
-    if kind == "year":
-        return ColumnType("smallint", year_value)
+    if kind in SPATIAL:
+        return ColumnType(SPATIAL_TYPE, spatial_value)
+    if kind in _FIXED:
+        return _FIXED[kind]
     raise UnsupportedColumnType(table, column.name, column.column_type)
 
 
