@@ -274,6 +274,9 @@ class SourcesConfig(_Model):
     """Where Spark runs (see SparkSettings)."""
     dbt: DbtSettings | None = None
     """When set, the dbt project's models load as assets downstream of the silver tables they read."""
+    python_assets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]] = []
+    """Python modules whose Dagster assets load next to the sources' (your code downstream of silver,
+    e.g. ingest.localdev.downstream, which reads silver with Polars)."""
     path: Path | None = Field(default=None, exclude=True)
     """The file this was read from (for error messages)."""
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dagster import Definitions, in_process_executor
+from dagster import Definitions, in_process_executor, load_assets_from_modules
 
-from ingest.config import load_config
+from ingest.config import ConfigError, load_config
 from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource
@@ -48,6 +48,8 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
         dbt_models, resources["dbt"] = build_dbt_assets(config, lake, os.environ.get("INGEST_SPARK_MASTER", "local[*]"),
                                                         [k for a in assets for k in a.keys])
         assets.append(dbt_models)
+    for module in config.python_assets:  # the user's own downstream code
+        assets += list(load_assets_from_modules([_python_assets(module, config.path)]))
     return Definitions(
         assets=assets,
         asset_checks=[c for defs in per_source for c in defs.checks],
@@ -57,6 +59,16 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
         # starting a JVM per step.
         executor=in_process_executor,
     )
+
+
+def _python_assets(module: str, path: Path | None):
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"{path}: python_assets: cannot import {module!r} ({exc}). Fix: install the module "
+                          "where Dagster runs, or correct its dotted name") from exc
 
 
 defs = build_definitions()

@@ -48,13 +48,11 @@ SERVER_CONF: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.databricks.delta.optimizeMetadataOnlyQueries.enabled": "true",
-    # Column mapping by name: source columns may hold spaces or other characters
-    # Parquet names cannot, and RENAME / DROP COLUMN in the source map onto it.
-    "spark.databricks.delta.properties.defaults.columnMapping.mode": "name",
     # ADD COLUMN in the source reaches bronze (mergeSchema) and silver (MERGE) as a new Delta column.
+    # No column mapping or type widening by default: tables stay at reader version 1, which every
+    # Delta reader opens (see lake/columns.py for names and wider types).
     "spark.databricks.delta.schema.autoMerge.enabled": "true",
-    # MODIFY COLUMN to a wider type (INT -> BIGINT, ...) widens the Delta column in place.
-    "spark.databricks.delta.properties.defaults.enableTypeWidening": "true",
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
 }
 
 STATE_FILE = "server.json"

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn, table_version
 from ingest.lake.tables import spark_ident as _col
-from ingest.lake.write import WriteOutcome, append, session_txn
+from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
 
 POS = "_pos"
 DELETED = "_deleted"
@@ -71,8 +72,10 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     """
     from ingest.lake.deltalog import is_delta_table
 
+    changes, keys = lake_columns(changes), [lake_name(k) for k in keys]
     if not is_delta_table(path):
         return append(latest_per_key(changes, keys), path, metadata, txn)
+    widen_for(spark, changes, path)
     before = table_version(path)
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before)
     view = temp_view(latest_per_key(changes, keys))

@@ -117,8 +117,10 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     """
     from pyspark.sql import functions as F
 
+    from ingest.lake.columns import lake_name
     from ingest.lake.merge import delta_path
 
+    keys = [lake_name(k) for k in keys]  # the snapshot records the source's names
     # One pass over the batch's changes for both questions: any rows to merge, any TRUNCATE.
     seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
                        F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates"),

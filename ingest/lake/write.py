@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ingest.lake.columns import SOURCE_NAME, lake_name, widenings
 from ingest.lake.commits import Txn, encode_user_metadata, latest, table_version
 from ingest.retry import retrying
 
@@ -83,12 +84,51 @@ def session_txn(spark, metadata: dict[str, Any], txn: Txn) -> Iterator[None]:
                 spark.conf.unset(key)
 
 
+def lake_columns(df):
+    """`df` with every column under its lake name, the source name kept in the column's metadata
+    (see lake/columns.py)."""
+    from pyspark.sql import functions as F
+
+    from ingest.lake.tables import spark_ident
+
+    if all(lake_name(c) == c for c in df.columns):
+        return df
+    return df.select(*[F.col(spark_ident(c)).alias(lake_name(c), metadata={SOURCE_NAME: c}) if lake_name(c) != c
+                       else F.col(spark_ident(c)) for c in df.columns])
+
+
+def widen_for(spark, df, path: str) -> dict[str, str]:
+    """Make the columns of the table at `path` wide enough for `df`'s: a source MODIFY to a wider type.
+
+    The table is rewritten once, in one overwrite commit, with the wider types: in-place widening
+    would need Delta's typeWidening reader feature, which other Delta readers refuse. Returns the
+    widened columns and their new types ({} when none needed it, the usual case)."""
+    from pyspark.sql import functions as F
+
+    from ingest.lake.tables import spark_ident
+
+    table = spark.read.format("delta").load(path)
+    plan = widenings(dict(table.dtypes), dict(df.dtypes), path)
+    if plan:
+        fields = {f.name: f for f in table.schema.fields}
+        wide = table.select(*[F.col(spark_ident(c)).cast(plan[c]).alias(c, metadata=fields[c].metadata) if c in plan
+                              else F.col(spark_ident(c)) for c in table.columns])
+        version = table_version(path) or 0
+        append(wide, path, {"kind": "widen", "columns": plan}, Txn("ingest-widen", version), overwrite=True,
+               overwrite_schema=True)
+    return plan
+
+
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
            overwrite_schema: bool = False, merge_schema: bool = False) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
-    Safe to repeat: a second call with the same txn adds nothing.
+    Safe to repeat: a second call with the same txn adds nothing. With `merge_schema` the
+    table gains `df`'s new columns, and its columns widen where `df`'s types are wider.
     """
+    df = lake_columns(df)
+    if merge_schema and table_version(path) is not None:
+        widen_for(df.sparkSession, df, path)
     before = table_version(path)
     writer = (
         df.write.format("delta")

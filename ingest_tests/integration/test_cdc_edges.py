@@ -5,11 +5,13 @@ import time
 import pytest
 from dagster import instance_for_test
 
+from ingest.lake.columns import SOURCE_NAME, lake_name
 from ingest.sources.mysql.binlog import read_batch
 from ingest.sources.mysql.errors import BinlogGap, BinlogSettingsError
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 from ingest_tests.integration.test_snapshot_types import GOLDEN_DDL, GOLDEN_ROWS
+from ingest_tests.open_readers import assert_any_reader_opens
 
 
 def head(conn) -> BinlogPosition:
@@ -55,6 +57,9 @@ def test_golden_table_through_the_binlog_equals_the_snapshot(spark, mariadb, dat
     assert snapshot_rows[0]["s2"] == ["Commentaries", "Deleted Scenes"] and snapshot_rows[0]["s"] == ["b", "c"]
     assert snapshot_rows[2]["s2"] == ["Trailers", "Behind the Scenes"]
     assert snapshot_rows[0]["g"]["srid"] == 3857 and snapshot_rows[0]["i6"] == "2001:db8::ff00:42:8329"
+    # every type of the contract opens in other Delta readers, with the values Spark reads
+    for path in (h.silver_path("golden"), via_snapshot_path):
+        assert assert_any_reader_opens(spark, path, ["id"]) == 3
 
 
 def h_params(mariadb, database):
@@ -72,8 +77,9 @@ def test_ddl_mid_stream(spark, mariadb, database, root, tmp_path):
         h.snapshot()
         h.sync()
         with root.cursor() as cur:
-            cur.execute("ALTER TABLE d ADD COLUMN e VARCHAR(10) DEFAULT 'e0'")
-            cur.execute("INSERT INTO d (id, a, b, c, e) VALUES (21, 21, 'b21', 21, 'e21')")
+            # a name Delta cannot hold without column mapping: stored under its normalized name
+            cur.execute("ALTER TABLE d ADD COLUMN e VARCHAR(10) DEFAULT 'e0', ADD COLUMN `n m` INT DEFAULT 5")
+            cur.execute("INSERT INTO d (id, a, b, c, e, `n m`) VALUES (21, 21, 'b21', 21, 'e21', 7)")
             cur.execute("UPDATE d SET e = 'e1' WHERE id = 1")
         h.sync()
         with root.cursor() as cur:
@@ -89,6 +95,10 @@ def test_ddl_mid_stream(spark, mariadb, database, root, tmp_path):
         assert len(live) == 22
         assert live[22]["a"] == 9000000000 and live[22]["bb"] == "bb22" and live[22]["e"] == "e22"
         assert live[3]["bb"] == "renamed" and live[1]["e"] == "e1" and live[21]["e"] == "e21"
+        assert live[21][lake_name("n m")] == 7 and live[1][lake_name("n m")] == 5
+        silver_schema = h.spark.read.format("delta").load(h.silver_path("d")).schema
+        assert silver_schema[lake_name("n m")].metadata == {SOURCE_NAME: "n m"}
+        assert dict((f.name, f.dataType.simpleString()) for f in silver_schema.fields)["a"] == "bigint"
         # bronze keeps what the old columns held
         bronze = h.spark.read.format("delta").load(h.silver_path("d").replace("/silver", "/bronze"))
         assert bronze.where("id = 2 AND c = -1").count() == 1  # the dropped column's last value
@@ -103,6 +113,11 @@ def test_ddl_mid_stream(spark, mariadb, database, root, tmp_path):
         for key in reversed(h.batches):
             h.run_batch(key)
         assert h.live("d", ["id", "bb"]) == [(100, "after")]
+        # every table of it, after adds, a drop, a rename, a widening and a truncate, opens in other
+        # Delta readers with the rows Spark reads
+        silver = h.silver_path("d")
+        for layer, keys in (("snapshot", ["id"]), ("bronze", ["_pos", "id"]), ("silver", ["id"])):
+            assert assert_any_reader_opens(spark, silver.replace("/silver", f"/{layer}"), keys) > 0
 
 
 def test_purged_binlog_stops_with_the_source_position_and_fix(spark, mariadb, database, root, tmp_path):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from ingest.lake.columns import SOURCE_NAME, lake_name
 from ingest.lake.commits import commits, last_commit
 from ingest.lake.merge import live_rows
 from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
@@ -10,6 +11,7 @@ from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import describe_table
 from ingest_tests.integration.conftest import describe, snapshot
+from ingest_tests.open_readers import assert_any_reader_opens
 
 
 def source_rows(conn, sql):
@@ -133,6 +135,10 @@ def test_hostile_table_names_are_quoted(spark, root, params, tmp_path):
     path = str(tmp_path / "weird")
     snapshot(spark, params, name, path, chunk_size=1000)
     assert spark.read.format("delta").load(path).count() == 2500
+    # `v al` is stored under its normalized name (no column mapping), the source name in its metadata
+    schema = spark.read.format("delta").load(path).schema
+    assert schema[lake_name("v al")].metadata == {SOURCE_NAME: "v al"} and "k`ey" in schema.names
+    assert assert_any_reader_opens(spark, path, ["k`ey"]) == 2500
 
 
 def _alter_after_wave(mariadb, database, wave_line, statement, in_thread=False):

@@ -108,8 +108,11 @@ def row_hash(df, columns: Sequence[str]):
     """A 64-bit hash of the columns, nulls told apart from values (Spark's hash skips nulls)."""
     from pyspark.sql import functions as F
 
-    nulls = F.concat(*[F.when(F.col(c).isNull(), F.lit("1")).otherwise(F.lit("0")) for c in columns])
-    return F.xxhash64(*[F.col(c) for c in columns], nulls)
+    from ingest.lake.tables import spark_ident
+
+    cols = [F.col(spark_ident(c)) for c in columns]
+    nulls = F.concat(*[F.when(c.isNull(), F.lit("1")).otherwise(F.lit("0")) for c in cols])
+    return F.xxhash64(*cols, nulls)
 
 
 def silver_position(spark, silver_path: str, basename: str) -> BinlogPosition | None:
@@ -129,7 +132,10 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
     """Compare silver's live rows with the source's rows now, leaving out keys changed since silver's position."""
     from pyspark.sql import functions as F
 
+    from ingest.lake.columns import lake_name
     from ingest.lake.merge import live_rows
+    from ingest.lake.tables import spark_ident
+    from ingest.lake.write import lake_columns
     from ingest.sources.mysql.binlog import master_position
     from ingest.sources.mysql.chunks import plan_chunks
     from ingest.sources.mysql.snapshot import plan_boundaries, read_chunks_df
@@ -147,25 +153,26 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
     result.compared_at = position
 
     silver = live_rows(spark.read.format("delta").load(silver_path))
-    source = read_chunks_df(spark, params, schema, plan_chunks(boundaries), parallelism)
-    columns = list(schema.column_names)
+    source = lake_columns(read_chunks_df(spark, params, schema, plan_chunks(boundaries), parallelism))
+    columns = [lake_name(c) for c in schema.column_names]
+    lake_keys = [lake_name(k) for k in keys]
     silver_types, source_types = dict(silver.dtypes), dict(source.dtypes)
     for c in columns:  # compare in silver's types; a column silver lacks compares as null
         if c in silver_types:
-            source = source.withColumn(c, F.col(c).cast(silver_types[c]))
+            source = source.withColumn(c, F.col(spark_ident(c)).cast(silver_types[c]))
         else:
             silver = silver.withColumn(c, F.lit(None).cast(source_types[c]))
-    s = source.select(*keys, row_hash(source, columns).alias("_h"))
-    t = silver.select(*keys, row_hash(silver, columns).alias("_h"))
+    s = source.select(*lake_keys, row_hash(source, columns).alias("_h"))
+    t = silver.select(*lake_keys, row_hash(silver, columns).alias("_h"))
     totals = [side.agg(F.count(F.lit(1)), F.coalesce(F.sum(F.col("_h").cast("decimal(38,0)")), F.lit(0))).first()
               for side in (s, t)]
     (result.source_rows, source_sum), (result.silver_rows, silver_sum) = [(int(a), int(b)) for a, b in totals]
     result.source_checksum, result.silver_checksum = source_sum % 2 ** 64, silver_sum % 2 ** 64
-    joined = s.alias("s").join(t.alias("t"), on=keys, how="full_outer")
+    joined = s.alias("s").join(t.alias("t"), on=lake_keys, how="full_outer")
     kind = (F.when(F.col("t._h").isNull(), "missing").when(F.col("s._h").isNull(), "extra")
             .when(F.col("s._h") != F.col("t._h"), "different"))
-    diffs = [(tuple(r[k] for k in keys), r["_kind"])
-             for r in joined.select(*keys, kind.alias("_kind")).where(F.col("_kind").isNotNull()).collect()]
+    diffs = [(tuple(r[k] for k in lake_keys), r["_kind"])
+             for r in joined.select(*lake_keys, kind.alias("_kind")).where(F.col("_kind").isNotNull()).collect()]
 
     with params.connect() as conn:
         now = master_position(conn)

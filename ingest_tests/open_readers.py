@@ -1,0 +1,36 @@
+"""Reading a lake table with Delta readers other than Spark, and comparing with Spark's read."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+
+def _sorted_rows(table, keys: Sequence[str]) -> list[dict]:
+    rows = table.to_pylist()
+    return sorted(rows, key=lambda r: (json.dumps([r[k] for k in keys], default=str),
+                                       json.dumps(r, default=str, sort_keys=True)))
+
+
+def assert_any_reader_opens(spark, path: str, keys: Sequence[str]) -> int:
+    """delta-rs (`to_pyarrow_table()` and its SQL `QueryBuilder`) and Polars read the same rows as
+    Spark; the table asks for no reader feature but timestampNtz (a DATETIME column: reader version 3,
+    which every Delta reader here supports). Returns the number of rows."""
+    import deltalake
+    import polars as pl
+    import pyarrow as pa
+
+    expected = _sorted_rows(spark.read.format("delta").load(path).toArrow(), keys)
+    table = deltalake.DeltaTable(path)
+    protocol = table.protocol()
+    assert set(protocol.reader_features or ()) <= {"timestampNtz"}, (path, protocol)
+    assert protocol.min_reader_version == (3 if protocol.reader_features else 1), (path, protocol)
+    readers = {
+        "deltalake to_pyarrow_table": table.to_pyarrow_table(),
+        "deltalake QueryBuilder": pa.table(deltalake.QueryBuilder().register("t", table)
+                                           .execute("SELECT * FROM t").read_all()),
+        "polars read_delta": pl.read_delta(path).to_arrow(),
+    }
+    for reader, read in readers.items():
+        assert _sorted_rows(read, keys) == expected, f"{reader} reads {path} differently from Spark"
+    return len(expected)
