@@ -1,4 +1,4 @@
-"""DynamoDB benchmarks on a moto server: the scan snapshot against a single-threaded boto3 Scan loop,
+"""DynamoDB benchmarks on DynamoDB Local (AWS's emulator): the scan snapshot against a single-threaded boto3 Scan loop,
 and a stream batch against a raw GetRecords loop over the same records."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     .venv/bin/python bench/run.py --quick      # under 5 minutes
     .venv/bin/python bench/run.py              # the full sizes, about 30 minutes
 
-Starts its own MariaDB and moto servers (stopped by PID at the end) and one
+Starts its own MariaDB and DynamoDB Local servers (stopped by PID at the end) and one
 local SparkSession. Prints one line per benchmark,
 
     <name>: ours <value> <unit>, baseline <name> <value> <unit>, ratio <ours/baseline>
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.lake.connect import start_local, stop_local
     from ingest.lake.spark import spark_session
     from ingest.localdev.mariadb import MariaDBServer
-    from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
+    from ingest.localdev.dynamodb_local import DynamoDBLocal
+    from ingest.localdev.moto import LOCAL_CREDENTIALS
 
     os.environ.update(LOCAL_CREDENTIALS)
 
@@ -88,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "dynamodb":
                 from bench.dynamodb_bench import dynamodb_bench
 
-                moto = MotoServer(free_port()).start()
+                ddb = DynamoDBLocal(free_port()).start()
                 try:
-                    got = dynamodb_bench(spark, moto.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
+                    got = dynamodb_bench(spark, ddb.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
                 finally:
-                    moto.stop()
+                    ddb.stop()
             elif name == "memory":
                 got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
                                                **SNAPSHOT)

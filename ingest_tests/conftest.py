@@ -70,9 +70,23 @@ def mariadb(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def dynamodb():
+    """DynamoDB Local (AWS's emulator, with Streams), one per test module: after some 20k stream
+    records one instance writes later stream tables several times slower. Stopped by PID."""
+    from ingest.localdev.dynamodb_local import DynamoDBLocal
+    from ingest.localdev.moto import LOCAL_CREDENTIALS
+
+    for key, value in LOCAL_CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+    server = DynamoDBLocal(free_port()).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def moto():
-    """A moto server over HTTP (DynamoDB, Streams, S3), stopped by PID at the end."""
+    """A moto server over HTTP: the tests' S3 server. Stopped by PID at the end."""
     from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
 
     for key, value in LOCAL_CREDENTIALS.items():

@@ -158,12 +158,20 @@ class KillHarness:
 
     # ------------------------------------------------------------ trials
 
-    def run(self, trials: int, log=print) -> Report:
+    def run(self, trials: int, log=print, retry_missed: int = 0) -> Report:
+        """`trials` trials, the phases in turn; then, for a phase none of them killed (the run
+        finished before its random kill point), up to `retry_missed` more trials of it."""
         report = Report(self.seed)
-        for number in range(1, trials + 1):
-            trial = self.trial(number, PHASES[(number - 1) % len(PHASES)])
-            report.trials.append(trial)
-            log(trial.line())
+        phases = [PHASES[n % len(PHASES)] for n in range(trials)]
+        for number, phase in enumerate(phases, start=1):
+            report.trials.append(self.trial(number, phase))
+            log(report.trials[-1].line())
+        for phase in PHASES:
+            for _ in range(retry_missed):
+                if any(t.killed for t in report.trials if t.phase == phase):
+                    break
+                report.trials.append(self.trial(len(report.trials) + 1, phase))
+                log(report.trials[-1].line())
         return report
 
     def trial(self, number: int, phase: str) -> Trial:

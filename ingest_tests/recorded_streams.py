@@ -1,7 +1,7 @@
 """A DynamoDB Streams client that replays recorded DescribeStream and GetRecords responses.
 
-moto has one shard per stream, no splits, no iterator expiry and no trim
-horizon, so those cases are driven through the real reader code with this
+DynamoDB Local has one shard per stream here: no splits, no iterator expiry and no trim
+horizon within a test, so those cases are driven through the real reader code with this
 stand-in for boto3's `dynamodbstreams` client. A fixture (JSON, under
 fixtures/dynamodb/) holds:
 

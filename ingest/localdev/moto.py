@@ -1,4 +1,4 @@
-"""A throwaway moto server (DynamoDB, Streams, S3 over HTTP) for the demo and the tests.
+"""A throwaway moto server (S3 over HTTP) for the tests.
 
 Started as a child process on loopback and stopped by its PID.
 
@@ -9,49 +9,30 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ingest.localdev.processes import stop_group
+from ingest.localdev.processes import LoopbackServer
 
-# moto checks no signature; any non-empty credentials will do
+# moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 @dataclass
-class MotoServer:
-    port: int
-    host: str = "127.0.0.1"
-    process: subprocess.Popen | None = field(default=None, repr=False)
+class MotoServer(LoopbackServer):
+    def command(self) -> list[str]:
+        return [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", self.host, "-p", str(self.port)]
 
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+    def ready(self) -> bool:
+        try:
+            urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def start(self, timeout: float = 30.0) -> MotoServer:
-        binary = os.path.join(os.path.dirname(sys.executable), "moto_server")
-        self.process = subprocess.Popen([binary, "-H", self.host, "-p", str(self.port)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {self.process.returncode} (port {self.port} in use?)")
-            try:
-                urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1).close()
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"moto_server did not answer on {self.endpoint_url} within {timeout:.0f} s")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            stop_group(self.process, signal.SIGTERM, timeout=10)
-        self.process = None
+        return super().start(timeout)
 
     def reset(self) -> None:
         """Forget every table and bucket (moto's own reset endpoint)."""
@@ -61,13 +42,7 @@ class MotoServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=5055)
-    args = parser.parse_args()
-    server = MotoServer(args.port).start()
-    print(f"moto on {server.endpoint_url} (pid {server.process.pid}); Ctrl-C stops it", flush=True)
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        server.stop()
+    MotoServer(parser.parse_args().port).serve("moto")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Stopping a process this project started (by its process group), and telling whether a PID still runs."""
+"""Stopping a process this project started (by its process group), telling whether a PID still runs,
+and the throwaway servers' common start and stop (moto, DynamoDB Local)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 import signal
 import socket
 import subprocess
+import time
+from dataclasses import dataclass, field
 
 
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
@@ -65,3 +68,54 @@ def process_alive(identity: str) -> bool | None:
         return None
     pid = int(pid_text)
     return alive(pid) and (not start or _start_ticks(pid) == start)
+
+
+@dataclass
+class LoopbackServer:
+    """A server this project starts as a child process on loopback and stops by its PID."""
+
+    port: int
+    host: str = "127.0.0.1"
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        try:
+            socket.create_connection((self.host, self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def start(self, timeout: float = 60.0):
+        name = type(self).__name__
+        self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {self.process.returncode} (port {self.port} in use?)")
+            if self.ready():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"{name} did not answer on {self.endpoint_url} within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_group(self.process, signal.SIGTERM, timeout=10)
+        self.process = None
+
+    def serve(self, what: str) -> None:
+        """Start, say where, and run until Ctrl-C (a module's `python -m` entry point)."""
+        self.start()
+        print(f"{what} on {self.endpoint_url} (pid {self.process.pid}); Ctrl-C stops it", flush=True)
+        try:
+            self.process.wait()
+        except KeyboardInterrupt:
+            self.stop()

@@ -1,4 +1,4 @@
-"""A DynamoDB source on the tests' moto server, driven through the generated definitions in-process."""
+"""A DynamoDB source on the tests' DynamoDB Local, driven through the generated definitions in-process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DynamoDB end to end on a real moto server over HTTP: scan snapshot, stream batches, silver."""
+"""DynamoDB end to end on DynamoDB Local (AWS's emulator, with Streams) over HTTP: scan snapshot, stream batches, silver."""
 
 import base64
 import os
@@ -17,18 +17,18 @@ from ingest_tests.integration.dynamodb_harness import (
 
 
 @pytest.fixture
-def harness(spark, moto, tmp_path):
+def harness(spark, dynamodb, tmp_path):
     def make(tables, **extra):
-        sources = write_sources(tmp_path, moto.endpoint_url, tables, **extra)
-        return DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), moto.endpoint_url)
+        sources = write_sources(tmp_path, dynamodb.endpoint_url, tables, **extra)
+        return DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), dynamodb.endpoint_url)
     return make
 
 
 @pytest.fixture
-def ddb(moto):
+def ddb(dynamodb):
     import boto3
 
-    return boto3.client("dynamodb", endpoint_url=moto.endpoint_url, region_name="us-east-1")
+    return boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
 
 
 def test_snapshot_then_stream_batches_give_silver_equal_to_a_full_scan(harness, ddb):
@@ -219,8 +219,8 @@ def bronze_exists(h, table):
     return is_delta_table(h.path(table, "bronze"))
 
 
-def test_the_code_location_loads_with_a_dynamodb_source(moto, tmp_path):
-    sources = write_sources(tmp_path, moto.endpoint_url, ["some_table"],
+def test_the_code_location_loads_with_a_dynamodb_source(dynamodb, tmp_path):
+    sources = write_sources(tmp_path, dynamodb.endpoint_url, ["some_table"],
                             access_key_id_env="DDB_TEST_KEY", secret_access_key_env="DDB_TEST_SECRET")
     env = {**os.environ, "INGEST_SOURCES": str(sources), "DAGSTER_HOME": str(tmp_path),
            "DDB_TEST_KEY": "local", "DDB_TEST_SECRET": "local"}

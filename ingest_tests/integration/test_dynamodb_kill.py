@@ -14,13 +14,13 @@ from ingest_tests.integration.dynamodb_harness import DynamoHarness, create_tabl
 from ingest_tests.integration.test_cdc_e2e import DAGSTER, ROOT, wait_for
 
 
-def test_a_killed_stream_batch_reruns_without_duplicates_or_loss(spark, moto, tmp_path):
+def test_a_killed_stream_batch_reruns_without_duplicates_or_loss(spark, dynamodb, tmp_path):
     import boto3
 
-    ddb = boto3.client("dynamodb", endpoint_url=moto.endpoint_url, region_name="us-east-1")
+    ddb = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
     table = create_table(ddb, unique("killed"))
-    sources = write_sources(tmp_path, moto.endpoint_url, [table])
-    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), moto.endpoint_url)
+    sources = write_sources(tmp_path, dynamodb.endpoint_url, [table])
+    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), dynamodb.endpoint_url)
     for start in range(0, 2000, 25):
         ddb.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": {"id": {"S": f"k{i}"}, "v": {"N": "0"}}}}
                                                    for i in range(start, start + 25)]})
@@ -39,17 +39,25 @@ def test_a_killed_stream_batch_reruns_without_duplicates_or_loss(spark, moto, tm
            "--select", f"src/{table}/changes,src/{table}", "--partition", "00000001"]
     bronze_log = Path(h.path(table, "bronze")) / "_delta_log"
 
+    run_log = tmp_path / "run.log"
+
     def start():
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        with open(run_log, "w") as out:
+            return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
 
     def kill(proc):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    proc = start()  # killed 8 s in, while it starts up or reads the stream: nothing may be committed
-    time.sleep(8)
-    kill(proc)
+    proc = start()  # killed as it starts reading the stream: nothing may be committed
+    try:
+        deadline = time.monotonic() + 300
+        while "reading the stream from" not in run_log.read_text():  # polled closely: the read takes ~1 s
+            assert proc.poll() is None and time.monotonic() < deadline, run_log.read_text()[-4000:]
+            time.sleep(0.02)
+    finally:
+        kill(proc)
     assert not list(bronze_log.glob("*.json"))
     proc = start()  # killed right after the bronze commit, before silver and the Dagster event
     try:
@@ -59,7 +67,7 @@ def test_a_killed_stream_batch_reruns_without_duplicates_or_loss(spark, moto, tm
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     bronze = spark.read.format("delta").load(h.path(table, "bronze"))
-    assert bronze.count() == stream_length(moto.endpoint_url, table)  # all of it, from TRIM_HORIZON
+    assert bronze.count() == stream_length(dynamodb.endpoint_url, table)  # all of it, from TRIM_HORIZON
     assert bronze.select("_txid").distinct().count() == bronze.count(), "a stream record landed twice"
     silver = live_rows(spark.read.format("delta").load(h.path(table, "silver")))
     assert silver.count() == silver.select("id").distinct().count()
@@ -85,7 +93,7 @@ def stream_length(endpoint: str, table: str) -> int:
         it = page["NextShardIterator"]
 
 
-def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_batch_continues(spark, moto,
+def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_batch_continues(spark, dynamodb,
                                                                                               tmp_path):
     """Fencing: two racers of batch 1, started a second apart while writes keep landing (so they may
     read different ends), commit it once; batch 2 starts at the committed end and nothing is lost."""
@@ -93,10 +101,10 @@ def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_ba
 
     from ingest.lake.commits import commits
 
-    ddb = boto3.client("dynamodb", endpoint_url=moto.endpoint_url, region_name="us-east-1")
+    ddb = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
     table = create_table(ddb, unique("race"))
-    sources = write_sources(tmp_path, moto.endpoint_url, [table])
-    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), moto.endpoint_url)
+    sources = write_sources(tmp_path, dynamodb.endpoint_url, [table])
+    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), dynamodb.endpoint_url)
     ddb.put_item(TableName=table, Item={"id": {"S": "seed"}})
     h.snapshot(table)
     for i in range(300):
@@ -129,5 +137,5 @@ def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_ba
     run = subprocess.run(batch("00000002"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     bronze = spark.read.format("delta").load(bronze_path)
-    assert bronze.count() == bronze.select("_txid").distinct().count() == stream_length(moto.endpoint_url, table)
+    assert bronze.count() == bronze.select("_txid").distinct().count() == stream_length(dynamodb.endpoint_url, table)
     assert h.silver_rows(table) == h.scan_rows(table)

@@ -1,5 +1,7 @@
-"""A lake on S3 (moto's, over HTTP): a full sync through S3A, and the per-table write lock in DynamoDB."""
+"""A lake on S3 (moto's, over HTTP): a full sync through S3A, and the per-table write lock in DynamoDB
+(DynamoDB Local)."""
 
+import os
 import threading
 import time
 
@@ -12,9 +14,9 @@ from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 
 
 @pytest.fixture
-def aws(moto, monkeypatch):
+def aws(moto, dynamodb, monkeypatch):
     monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", moto.endpoint_url)
-    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", moto.endpoint_url)
+    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", dynamodb.endpoint_url)
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     return moto
 
@@ -51,12 +53,12 @@ def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb
     with root.cursor() as cur:
         cur.execute("SELECT id, v FROM items ORDER BY id")
         assert got == [tuple(r) for r in cur.fetchall()]
-    locks = boto3.client("dynamodb", endpoint_url=aws.endpoint_url, region_name="us-east-1")
+    locks = boto3.client("dynamodb", endpoint_url=os.environ["INGEST_LOCK_ENDPOINT_URL"], region_name="us-east-1")
     assert locks.scan(TableName="ingest_lake_locks")["Count"] == 0  # every write released its lock
 
 
 def test_the_write_lock_admits_one_holder_at_a_time_and_outlives_a_crashed_one(aws):
-    dynamodb = boto3.client("dynamodb", endpoint_url=aws.endpoint_url, region_name="us-east-1")
+    dynamodb = boto3.client("dynamodb", endpoint_url=os.environ["INGEST_LOCK_ENDPOINT_URL"], region_name="us-east-1")
     ensure_table(dynamodb, "test_locks")
     ensure_table(dynamodb, "test_locks")  # a second process finding it there
     held, overlaps = [], []

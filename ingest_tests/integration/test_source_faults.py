@@ -6,7 +6,7 @@ import time
 import boto3
 import pytest
 
-from ingest.localdev.moto import MotoServer
+from ingest.localdev.dynamodb_local import DynamoDBLocal
 from ingest.sources.dynamodb.client import ClientSettings, call
 from ingest.sources.dynamodb.errors import SourceUnavailable
 from ingest_tests.conftest import free_port
@@ -27,14 +27,14 @@ def test_an_endpoint_that_stays_down_fails_clearly_after_the_retries():
 
 def test_a_restart_within_the_retry_window_is_survived():
     port = free_port()
-    server = MotoServer(port).start()
+    server = DynamoDBLocal(port).start()
     try:
         boto3.client("dynamodb", endpoint_url=server.endpoint_url, region_name="us-east-1",
                      aws_access_key_id="local", aws_secret_access_key="local").list_tables()
         server.stop()
-        restarted = threading.Timer(1.0, server.start)
+        restarted = threading.Timer(1.0, server.start)  # listening again some 3 s later (a JVM)
         restarted.start()
-        result = call(client(port).list_tables, "ListTables", attempts=8, base_delay=0.3)
+        result = call(client(port).list_tables, "ListTables", attempts=10, base_delay=0.3)
         restarted.join()
         assert result["TableNames"] == []
     finally:

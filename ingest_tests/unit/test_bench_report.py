@@ -31,11 +31,16 @@ def test_lower_is_better_figures_meet_a_target_by_staying_under_it():
 
 
 def test_peak_rss_counts_a_child_process_that_holds_memory():
-    # The child holds about 200 MiB; the process tree's peak must include it.
-    child = subprocess.Popen([sys.executable, "-c", "import time; b = bytearray(200 * 2**20); time.sleep(1.5)"])
+    # The child holds about 200 MiB (every page written) until told to exit; the process tree's
+    # peak, sampled while it holds it, must include it. It says when it holds it: on a loaded
+    # machine its start-up alone can take longer than a fixed wait.
+    hold = "import sys; b = b'x' * (200 * 2**20); print('held', flush=True); sys.stdin.read()"
+    child = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert child.stdout.readline().strip() == b"held"
         with PeakRss(os.getpid(), interval=0.05) as rss:
-            time.sleep(1.0)
+            time.sleep(0.5)
     finally:
+        child.stdin.close()
         child.wait()
     assert rss.peak - tree_rss_bytes(os.getpid()) > 150 * 2**20

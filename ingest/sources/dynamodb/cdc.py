@@ -84,6 +84,7 @@ class StreamBatchWrite:
                 f"again, or the table re-created); "
                 f"changes in between are lost. {resnapshot_fix(self.source, self.table)}")
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
+        log(f"bronze {self.source}/{self.table} batch {self.batch_key}: reading the stream from {start.summary()}")
         batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,
                                   self.max_records, self.page_limit)
         positions = {"start": start.to_metadata(), "end": batch.end.to_metadata(), "records": len(batch.records),
