@@ -112,7 +112,12 @@ class LoopbackServer:
         self.process = None
 
     def serve(self, what: str) -> None:
-        """Start, say where, and run until Ctrl-C (a module's `python -m` entry point)."""
+        """Start, say where, and run until Ctrl-C or SIGTERM (a module's `python -m` entry point; a
+        script that started it in the background stops it, and with it the server, by its PID)."""
+        def interrupt(*_):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, interrupt)
         self.start()
         print(f"{what} on {self.endpoint_url} (pid {self.process.pid}); Ctrl-C stops it", flush=True)
         try:

@@ -229,3 +229,29 @@ def test_the_code_location_loads_with_a_dynamodb_source(dynamodb, tmp_path):
     run = subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w",
                           "workspace.yaml"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_the_demo_carts_source_lands_with_its_declared_types(spark, dynamodb, tmp_path, monkeypatch):
+    """The shipped sources.yaml's DynamoDB source, seeded and written by the demo's writer, through a
+    snapshot and stream batches: silver equals a scan, in the declared types."""
+    import yaml
+
+    from ingest.localdev import demo_dynamodb
+    from ingest.paths import PROJECT_ROOT
+
+    shipped = yaml.safe_load((PROJECT_ROOT / "sources.yaml").read_text())["sources"]["demo_carts"]
+    shipped["endpoint_url"] = dynamodb.endpoint_url
+    for key in (shipped["access_key_id_env"], shipped["secret_access_key_env"]):
+        monkeypatch.setenv(key, "local")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(yaml.safe_dump({"sources": {"demo_carts": shipped}}))
+    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), dynamodb.endpoint_url,
+                      name="demo_carts")
+    ddb = demo_dynamodb.client(dynamodb.endpoint_url)
+    demo_dynamodb.seed(ddb, carts=100)
+    h.snapshot(demo_dynamodb.TABLE)
+    demo_dynamodb.write_forever(ddb, every=0, rounds=30)
+    assert h.sync_until_idle()
+    assert h.silver_rows(demo_dynamodb.TABLE) == h.scan_rows(demo_dynamodb.TABLE)
+    types = dict(spark.read.format("delta").load(h.path(demo_dynamodb.TABLE, "silver")).dtypes)
+    assert (types["customer_id"], types["total"], types["skus"]) == ("bigint", "decimal(12,2)", "array<string>")
