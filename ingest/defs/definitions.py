@@ -20,9 +20,11 @@ from dagster import Definitions, in_process_executor, load_assets_from_modules
 from ingest.config import ConfigError, load_config
 from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
+from ingest.defs.maintenance import maintenance_defs
 from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource
 from ingest.lake.connect import remote_url
 from ingest.lake.storage import is_s3, spark_lake_root
+from ingest.lake.tables import location_for_asset_key
 from ingest.paths import PROJECT_ROOT, local_dir
 
 
@@ -50,8 +52,13 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
         assets.append(dbt_models)
     for module in config.python_assets:  # the user's own downstream code
         assets += list(load_assets_from_modules([_python_assets(module, config.path)]))
+    lake_tables = sorted({location_for_asset_key(lake, key.path) for defs in per_source for a in defs.assets
+                          for key in a.keys})
+    maintenance_job, schedules = maintenance_defs(config.maintenance, lake_tables)
     return Definitions(
         assets=assets,
+        jobs=[maintenance_job],
+        schedules=schedules,
         asset_checks=[c for defs in per_source for c in defs.checks],
         sensors=[defs.sensor for defs in per_source],
         resources=resources,

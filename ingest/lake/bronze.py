@@ -97,18 +97,42 @@ class BronzeWrite:
                               self.positions, log) | dict(self.extra)
 
 
+REPLAY_CHECK_AGE = dt.timedelta(days=7)
+"""Changes older than this may belong to a batch whose txn id has expired (the shortest txn retention
+maintenance allows is 7 days): their append first leaves out rows bronze already holds."""
+
+
+def _not_yet_held(spark, path: str, df, records: Sequence[ChangeRecord]):
+    """`df` without the rows whose `_pos` bronze already holds, for a batch old enough that Delta may
+    have forgotten its txn id (a re-run after the txn retention). Newer batches append as they are:
+    their txn id is still known, and the check would cost a read of bronze every batch."""
+    from ingest.lake.deltalog import is_delta_table
+
+    times = [r.committed_at for r in records if r.committed_at is not None]
+    if not times or min(times) > dt.datetime.now(dt.timezone.utc) - REPLAY_CHECK_AGE or not is_delta_table(path):
+        return df
+    lo, hi = min(r.pos for r in records), max(r.pos for r in records)
+    held = (spark.read.format("delta").load(path)
+            .where(f"_pos BETWEEN CAST({int(lo)} AS DECIMAL(38,0)) AND CAST({int(hi)} AS DECIMAL(38,0))")
+            .select("_pos").distinct())
+    return df.join(held, "_pos", "left_anti").select(*df.columns)
+
+
 def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],
                    columns: Sequence[tuple[str, str]], positions: dict[str, Any],
                    log: Callable[[str], None]) -> dict[str, Any]:
-    """Append one batch's changes with its positions in the same commit; a repeat adds nothing."""
+    """Append one batch's changes with its positions in the same commit; a repeat adds nothing (its txn id,
+    or for a batch older than the txn retention, the `_pos` bronze already holds)."""
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
-    df = records_df(spark, records, columns, batch_key)
+    df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
     meta = {"kind": "bronze", "source": source, "table": table, "batch": batch_key, **positions}
     outcome = append(df, path, meta, Txn(f"bronze:{source}:{batch_key}", 0), merge_schema=True)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.op.value] = counts.get(r.op.value, 0) + 1
+    said = (f"committed {len(records)} changes" if outcome.rows >= len(records) else
+            f"committed {outcome.rows} of {len(records)} changes (bronze held the others: a re-run)")
     log(f"bronze {source}/{table} batch {batch_key}: "
-        + (f"committed {len(records)} changes" if outcome.committed else "already committed: nothing written"))
+        + (said if outcome.committed else "already committed: nothing written"))
     return {"rows": len(records), **{f"rows_{op}": n for op, n in sorted(counts.items())},
             "committed": outcome.committed, "delta_version": outcome.version, **positions}
