@@ -80,12 +80,13 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         path = self._path(key.path)
         spark = self.spark.session
         started = time.monotonic()
-        with self._write_lock(path):
+        with self.write_lock(path):
             meta = retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string())
         return {**meta, **write_figures(spark, path, meta, time.monotonic() - started), "table_uri": path}
 
     @contextmanager
-    def _write_lock(self, path: str):
+    def write_lock(self, path: str):
+        """Held around every write to the table at `path` (S3 lakes: see lake/locks.py)."""
         if self.locks is None:  # a local lake: Delta's commits are atomic file creations there
             yield
             return

@@ -16,13 +16,16 @@ def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
                      ) -> tuple[JobDefinition, list[ScheduleDefinition]]:
     """A job that compacts, vacuums and sets retention on every table in `paths`, and its schedule."""
 
-    @op(name="maintain_lake_tables", required_resource_keys={"spark"})
+    @op(name="maintain_lake_tables", required_resource_keys={"spark", "lake"})
     def maintain_tables(context: OpExecutionContext):
         from ingest.lake.maintenance import Retention, maintain
 
         spark = context.resources.spark.spark_session
         retention = Retention(settings.txn_retention_days, settings.vacuum_retain_hours)
-        done = [maintain(spark, path, retention, context.log.info) for path in paths]
+        done = []
+        for path in paths:
+            with context.resources.lake.write_lock(path):  # S3 lakes: one writer per table at a time
+                done.append(maintain(spark, path, retention, context.log.info))
         present = [d for d in done if d["exists"]]
         yield Output(None, metadata={
             "tables": len(present),

@@ -53,6 +53,9 @@ SERVER_CONF: dict[str, str] = {
     # Delta reader opens (see lake/columns.py for names and wider types).
     "spark.databricks.delta.schema.autoMerge.enabled": "true",
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
+    # VACUUM lists a table's folder in this many Spark tasks: the default 10,000 made a VACUUM of a
+    # small table take 55 s on 2 cores, 3.6 s with 8.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
 }
 
 STATE_FILE = "server.json"

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from ingest.config import MaintenanceSettings
+from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.maintenance import maintenance_defs
 from ingest.defs.resources import SparkResource
 from ingest.lake.commits import Txn, table_version
@@ -25,7 +26,8 @@ def test_the_maintenance_job_compacts_vacuums_and_sets_retention_once(spark, spa
     settings = MaintenanceSettings(txn_retention_days=7, vacuum_retain_hours=0)
     job, schedules = maintenance_defs(settings, [path, str(tmp_path / "src" / "not_created_yet" / "silver")])
     assert [s.cron_schedule for s in schedules] == ["30 3 * * *"]
-    resources = {"spark": SparkResource(spark_config={"spark.remote": spark_server.url})}
+    spark_resource = SparkResource(spark_config={"spark.remote": spark_server.url})
+    resources = {"spark": spark_resource, "lake": DeltaLakeIOManager(lake_root=str(tmp_path), spark=spark_resource)}
     result = job.execute_in_process(resources=resources)
     event = next(e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT")
     figures = {k: v.value for k, v in event.event_specific_data.metadata.items()}
