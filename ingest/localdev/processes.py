@@ -70,6 +70,17 @@ def process_alive(identity: str) -> bool | None:
     return alive(pid) and (not start or _start_ticks(pid) == start)
 
 
+def _port_taken(host: str, port: int) -> bool:
+    """Whether something listens on the port (connections of a stopped server in TIME_WAIT do not count)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+            return False
+        except OSError:
+            return True
+
+
 @dataclass
 class LoopbackServer:
     """A server this project starts as a child process on loopback and stops by its PID."""
@@ -94,12 +105,16 @@ class LoopbackServer:
 
     def start(self, timeout: float = 60.0):
         name = type(self).__name__
+        if _port_taken(self.host, self.port):  # else whatever listens there would pass for the server
+            raise RuntimeError(f"{name}: port {self.port} on {self.host} is taken. Fix: stop what listens there, "
+                               "or pick another port")
         self.process = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {self.process.returncode} (port {self.port} in use?)")
+                raise RuntimeError(f"{name} exited with {self.process.returncode} as it started on port {self.port}. "
+                                   f"Fix: run its command by hand to see why: {' '.join(self.command())}")
             if self.ready():
                 return self
             time.sleep(0.1)

@@ -149,3 +149,18 @@ def test_snapshot_wave_that_keeps_losing_its_connection_fails_naming_it(spark, r
     proxy.cut(after_bytes=50_000, times=100)
     with pytest.raises(SourceUnreachable, match=r"snapshot wave 0 of e lost its connection .* 4 times \(error 2013\)"):
         snapshot(spark, via_proxy, "e", str(tmp_path / "e"))
+
+
+def test_dynamodb_local_on_a_taken_port_says_so_and_the_fix():
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        server = DynamoDBLocal(port)
+        try:
+            with pytest.raises(RuntimeError, match=rf"DynamoDBLocal: port {port} on 127.0.0.1 is taken\. Fix:"):
+                server.start(timeout=60)
+        finally:
+            server.stop()
