@@ -94,3 +94,14 @@ def moto():
     server = MotoServer(free_port()).start()
     yield server
     server.stop()
+
+
+# The longest test files first: two xdist workers take a file at a time (--dist loadfile), and a long
+# file handed out last keeps one worker busy while the other has nothing left to do.
+_LONGEST_FIRST = ("test_kill_harness.py", "test_operations.py", "test_cdc_edges.py", "test_dynamodb.py",
+                  "test_cdc_e2e.py", "test_cdc_property.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order

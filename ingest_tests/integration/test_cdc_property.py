@@ -35,7 +35,7 @@ def apply_op(cur, table, op, k, v):
         cur.execute(f"UPDATE {table} SET v = CONCAT(v, '+') WHERE k2 <= %s", (k,))
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workload=workloads, data=st.data())
 def test_random_workload_any_batch_order_converges(spark, root, params, tmp_path_factory, workload, data):
     n = next(_names)
