@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from ingest.lake.spark import spark_session
     from ingest.localdev.mariadb import MariaDBServer
     from ingest.localdev.dynamodb_local import DynamoDBLocal
-    from ingest.localdev.moto import LOCAL_CREDENTIALS
+    from ingest.localdev.processes import LOCAL_CREDENTIALS
 
     os.environ.update(LOCAL_CREDENTIALS)
 

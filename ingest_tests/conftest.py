@@ -75,7 +75,7 @@ def dynamodb():
     """DynamoDB Local (AWS's emulator, with Streams), one per test module: after some 20k stream
     records one instance writes later stream tables several times slower. Stopped by PID."""
     from ingest.localdev.dynamodb_local import DynamoDBLocal
-    from ingest.localdev.moto import LOCAL_CREDENTIALS
+    from ingest.localdev.processes import LOCAL_CREDENTIALS
 
     for key, value in LOCAL_CREDENTIALS.items():
         os.environ.setdefault(key, value)
@@ -87,7 +87,8 @@ def dynamodb():
 @pytest.fixture(scope="session")
 def moto():
     """A moto server over HTTP: the tests' S3 server. Stopped by PID at the end."""
-    from ingest.localdev.moto import LOCAL_CREDENTIALS, MotoServer
+    from ingest.localdev.moto import MotoServer
+    from ingest.localdev.processes import LOCAL_CREDENTIALS
 
     for key, value in LOCAL_CREDENTIALS.items():
         os.environ.setdefault(key, value)

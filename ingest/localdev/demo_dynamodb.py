@@ -19,7 +19,7 @@ TABLE = "carts"
 def client(endpoint: str):
     import boto3
 
-    from ingest.localdev.moto import LOCAL_CREDENTIALS
+    from ingest.localdev.processes import LOCAL_CREDENTIALS
 
     return boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
                         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],

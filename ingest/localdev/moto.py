@@ -15,9 +15,6 @@ from dataclasses import dataclass
 
 from ingest.localdev.processes import LoopbackServer
 
-# moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
-LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
-
 
 @dataclass
 class MotoServer(LoopbackServer):

@@ -70,6 +70,10 @@ def process_alive(identity: str) -> bool | None:
     return alive(pid) and (not start or _start_ticks(pid) == start)
 
 
+# moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
 def _port_taken(host: str, port: int) -> bool:
     """Whether something listens on the port (connections of a stopped server in TIME_WAIT do not count)."""
     with socket.socket() as probe:
