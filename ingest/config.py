@@ -93,12 +93,18 @@ class TableSelection(_Model):
     """Per-table snapshot settings, by table name."""
     columns: dict[str, ColumnSelection] = {}
     """Per-table column selection, by table name: `{film: {exclude: [location]}}`."""
+    history: list[str] = []
+    """Tables (names or glob patterns) that also keep an SCD2 history: a `<source>/<table>/history` asset
+    with one row per version of a key (see ingest/lake/history.py). The table needs a primary key."""
+
+    def keeps_history(self, table: str) -> bool:
+        return any(fnmatch.fnmatchcase(table, p) for p in self.history)
 
     def excluded_columns(self, table: str) -> frozenset[str]:
         selection = self.columns.get(table)
         return frozenset(selection.exclude) if selection else frozenset()
 
-    @field_validator("include", "exclude")
+    @field_validator("include", "exclude", "history")
     @classmethod
     def _patterns(cls, value: list[str]) -> list[str]:
         for pattern in value:
@@ -154,6 +160,9 @@ class MySQLSource(_Model):
     def snapshot_settings(self, table: str) -> SnapshotSettings:
         return self.tables.overrides.get(table, self.snapshot)
 
+    def keeps_history(self, table: str) -> bool:
+        return self.tables.keeps_history(table)
+
 
 class ScanSettings(_Model):
     segments: Annotated[int, Field(ge=1, le=1_000_000)] = 8
@@ -201,6 +210,9 @@ class DynamoDBSource(_Model):
     """DynamoDB table names; each needs a stream with NEW_IMAGE or NEW_AND_OLD_IMAGES."""
     attributes: dict[str, dict[str, str]] = {}
     """Declared attribute types by table, e.g. `{orders: {total: decimal(12,2), tags: array<string>}}`."""
+    history: list[str] = []
+    """Tables that also keep an SCD2 history: a `<source>/<table>/history` asset with one row per version
+    of an item (see ingest/lake/history.py)."""
     snapshot: ScanSettings = ScanSettings()
     """How the parallel Scan runs."""
     cdc: StreamSettings = StreamSettings()
@@ -216,6 +228,9 @@ class DynamoDBSource(_Model):
             raise ValueError("a table is listed twice")
         return value
 
+    def keeps_history(self, table: str) -> bool:
+        return table in self.history
+
     @field_validator("access_key_id_env", "secret_access_key_env")
     @classmethod
     def _env_names(cls, value: str | None) -> str | None:
@@ -227,6 +242,9 @@ class DynamoDBSource(_Model):
     def _declared(self) -> DynamoDBSource:
         from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
 
+        for table in self.history:
+            if table not in self.tables:
+                raise ValueError(f"history: {table!r} is not one of the source's tables {self.tables}")
         for table, attrs in self.attributes.items():
             if table not in self.tables:
                 raise ValueError(f"attributes.{table}: not one of the source's tables {self.tables}")
@@ -256,9 +274,6 @@ Source = Annotated[
 class DbtSettings(_Model):
     project_dir: Path = Path("dbt_project")
     """The dbt project whose models read the silver tables (relative to the sources file's folder)."""
-    catalog_dir: Path | None = None
-    """Where the Spark catalog (a Hive metastore in embedded Derby) keeps the table names dbt registers.
-    Default: $INGEST_CATALOG_DIR, else `_catalog` in a local lake, else .local/catalog."""
 
 
 class SparkSettings(_Model):

@@ -1,11 +1,13 @@
 """The dbt project's models as Dagster assets, downstream of the silver tables they read.
 
-dbt runs on Spark with Delta through dbt-spark's session method: `dbt build`
-is a subprocess that starts its own SparkSession with the project's jars and
-a Hive metastore in embedded Derby (see dbt_project/profiles.yml). Its
+dbt runs on the project's Spark Connect server through dbt-spark's session
+method: `dbt build` is a subprocess whose SparkSession joins the run's own
+Connect session (SPARK_REMOTE with its session id), so it has the same server,
+lake and S3A settings as every other run and starts no JVM of its own. Its
 `on-run-start` hook registers each dbt source, a silver Delta table, by name
-in that catalog. Each dbt source names its silver asset in
-`meta.dagster.asset_key`; that is what puts the models downstream of silver.
+in the server's catalog (see dbt_project/macros/register_silver.sql). Each dbt
+source names its silver asset in `meta.dagster.asset_key`; that is what puts
+the models downstream of silver.
 """
 
 # No `from __future__ import annotations`: Dagster inspects the context annotation at definition time.
@@ -22,8 +24,7 @@ from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, dbt_assets
 
 from ingest.config import ConfigError, SourcesConfig
-from ingest.lake.spark import delta_jars
-from ingest.paths import local_dir
+from ingest.defs.resources import SparkResource
 
 GROUP = "analytics"
 
@@ -36,17 +37,6 @@ def dbt_executable() -> str:
 def project_dir(config: SourcesConfig) -> Path:
     base = config.path.parent if config.path else Path.cwd()
     return (base / config.dbt.project_dir).resolve()
-
-
-def catalog_dir(config: SourcesConfig, lake_root: str) -> Path:
-    """Where the Derby metastore and managed tables live; a local lake keeps its own."""
-    if config.dbt.catalog_dir:
-        return config.dbt.catalog_dir
-    if os.environ.get("INGEST_CATALOG_DIR"):
-        return Path(os.environ["INGEST_CATALOG_DIR"])
-    if "://" not in lake_root:
-        return Path(lake_root) / "_catalog"
-    return local_dir() / "catalog"
 
 
 def manifest_is_stale(project: Path, manifest: Path) -> bool:
@@ -120,30 +110,23 @@ def missing_silver(lake_root: str, keys: Iterable[AssetKey]) -> list[str]:
             if not (Path(lake_root).joinpath(*k.path, "silver") / "_delta_log").is_dir()]
 
 
-def build_dbt_assets(config: SourcesConfig, lake_root: str, spark_master: str,
-                     known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCliResource]:
+def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCliResource]:
     project = project_dir(config)
     manifest_path = prepare_manifest(project)
     manifest = json.loads(manifest_path.read_text())
     check_sources(manifest, known, config, project)
-    catalog = catalog_dir(config, lake_root)
     upstream = list(silver_sources(manifest))
 
     @dbt_assets(manifest=manifest_path, dagster_dbt_translator=Translator(), name="dbt_models")
-    def _dbt_models(context: AssetExecutionContext, dbt: DbtCliResource):
+    def _dbt_models(context: AssetExecutionContext, dbt: DbtCliResource, spark: SparkResource):
         reads = {dep for key in context.selected_asset_keys for dep in context.assets_def.asset_deps.get(key, ())}
         missing = missing_silver(lake_root, [k for k in upstream if k in reads])
         if missing:
             raise Failure(f"dbt reads silver tables that have no data yet: {', '.join(missing)}. Fix: materialize "
                           "their snapshot and silver assets first (or let the sensor do it), then run dbt again")
-        catalog.mkdir(parents=True, exist_ok=True)
-        # dbt's subprocess inherits this process's environment; its profile reads these. dbt-spark's
-        # session method builds a classic session, which pyspark refuses once this process made a
-        # Connect session (that sets SPARK_CONNECT_MODE_ENABLED): dbt runs its own Spark.
-        for connect_mode in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE"):
-            os.environ.pop(connect_mode, None)
-        os.environ.update({"INGEST_SPARK_JARS": ",".join(delta_jars()), "INGEST_SPARK_MASTER": spark_master,
-                           "INGEST_CATALOG_DIR": str(catalog), "INGEST_LAKE_ROOT": lake_root})
+        # dbt's subprocess inherits this process's environment: with SPARK_REMOTE set, dbt-spark's
+        # `SparkSession.builder...getOrCreate()` returns a Connect session, here the run's own.
+        os.environ.update({"SPARK_REMOTE": spark.join_url(), "INGEST_LAKE_ROOT": lake_root})
         yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()
 
     resource = DbtCliResource(project_dir=str(project), profiles_dir=str(project), dbt_executable=dbt_executable())

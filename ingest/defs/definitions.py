@@ -47,8 +47,7 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     if config.dbt is not None:
         from ingest.defs.dbt import build_dbt_assets
 
-        dbt_models, resources["dbt"] = build_dbt_assets(config, lake, os.environ.get("INGEST_SPARK_MASTER", "local[*]"),
-                                                        [k for a in assets for k in a.keys])
+        dbt_models, resources["dbt"] = build_dbt_assets(config, lake, [k for a in assets for k in a.keys])
         assets.append(dbt_models)
     for module in config.python_assets:  # the user's own downstream code
         assets += list(load_assets_from_modules([_python_assets(module, config.path)]))

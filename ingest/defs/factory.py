@@ -16,7 +16,8 @@ from ingest.defs.batches import record_worker
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
-from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
+from ingest.lake.history import HistoryFromBatch, snapshot_in_history
+from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
 from ingest.sources.mysql.events import CapturedTable
@@ -96,6 +97,7 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     bronze_out = {t: f"{asset_part(t)}__changes" for t in tables}
     silver_out = {t: asset_part(t) for t in tables}
+    history_out = {t: f"{asset_part(t)}__history" for t in tables if source.keeps_history(t)}
     outs = {"batch_log": AssetOut(
         key=log_key, io_manager_key="lake", kinds={"delta"}, is_required=False,
         description="Batch log: one row per complete change batch (its range, the tables it changed and their "
@@ -114,6 +116,8 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                          "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
                          "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
             metadata={"lake/layer": "silver", "source": name, "table": t, **excluded_metadata(source, t)})
+        if t in history_out:
+            outs[history_out[t]] = history_out_def(name, t, f"`{source.database}.{t}`", excluded_metadata(source, t))
 
     @multi_asset(
         name=f"{name}_batch",
@@ -125,7 +129,8 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
         internal_asset_deps={
             **{bronze_out[t]: set() for t in tables},
             **{silver_out[t]: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t in tables},
-            "batch_log": {table_key(name, t) for t in tables},
+            **{out: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t, out in history_out.items()},
+            "batch_log": {*(table_key(name, t) for t in tables), *(table_key(name, t, HISTORY) for t in history_out)},
         },
         required_resource_keys={"lake"},
         group_name=name,
@@ -197,6 +202,15 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                         batch_required=t in changed)
                 elif report_unchanged:
                     yield silver_out[t], table_key(name, t), Unchanged(batch)
+            for t, out in history_out.items():
+                if out not in selected:
+                    continue
+                if t in changed or needs_snapshot_merge(lake, name, t, HISTORY):
+                    yield out, table_key(name, t, HISTORY), HistoryFromBatch(
+                        name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
+                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))))
+                elif report_unchanged:
+                    yield out, table_key(name, t, HISTORY), Unchanged(batch)
             if reads and "batch_log" in selected:
                 first = next(iter(writes.values()))
                 yield "batch_log", log_key, BatchLogWrite(
@@ -220,12 +234,23 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
     return _batch
 
 
-def needs_snapshot_merge(lake, name: str, table: str) -> bool:
-    """Whether the table's newest finished snapshot is not yet in silver (read from the Delta logs)."""
+def needs_snapshot_merge(lake, name: str, table: str, layer: str | None = None) -> bool:
+    """Whether the table's newest finished snapshot is not yet in silver (or `layer`: its history),
+    read from the Delta logs."""
     snap = last_commit(lake.path_for(table_key(name, table, "snapshot")), kind="snapshot")
     if snap is None or not snap.metadata.get("complete"):
         return False
-    return not snapshot_in_silver(lake.path_for(table_key(name, table)), snap.metadata["snapshot_id"])
+    merged = snapshot_in_history if layer == HISTORY else snapshot_in_silver
+    return not merged(lake.path_for(table_key(name, table, layer)), snap.metadata["snapshot_id"])
+
+
+def history_out_def(name: str, table: str, what: str, metadata: dict) -> AssetOut:
+    return AssetOut(
+        key=table_key(name, table, HISTORY), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
+        description=(f"SCD2 history of {what}: one row per version of a key, valid from `_valid_from` to "
+                     "`_valid_to` (binlog positions, with commit times), `_current` on the live version; a delete "
+                     "closes the last version. Built from bronze and the snapshot; any batch order converges."),
+        metadata={"lake/layer": "history", "source": name, "table": table, **metadata})
 
 
 def latest_materialization(instance, key: AssetKey):

@@ -42,6 +42,15 @@ class SparkResource(PySparkResource):
     def session(self) -> Any:
         return self.spark_session
 
+    def join_url(self) -> str:
+        """A Connect URL by which another process (dbt's) joins this run's session: the same server,
+        and the settings made on the session (S3A's), without writing a secret anywhere."""
+        from ingest.lake.connect import read_state, remote_url
+
+        session = self.spark_session  # connects first: starts the local server if needed
+        url = self.spark_config.get("spark.remote") or remote_url() or read_state().url
+        return f"{url}{';' if ';' in url else '/;'}session_id={session.session_id}"
+
 
 class DynamoDBResource(ResourceWithBoto3Configuration):
     """DynamoDB and DynamoDB Streams clients, configured like dagster-aws's own resources

@@ -11,6 +11,8 @@ from ingest.lake.commits import CommitInfo, last_commit, table_version
 SNAPSHOT = "snapshot"
 SILVER = "silver"
 BRONZE = "bronze"
+HISTORY = "history"
+"""SCD2 history of a table, where the sources file asks for it (see lake/history.py)."""
 BATCH_LOG = "batch_log"
 """A table's own batch log (DynamoDB: one stream, one run of batches per table); see lake/batchlog.py."""
 SOURCE_BATCH_LOG = "_batch_log"
@@ -36,7 +38,7 @@ def asset_part(table: str) -> str:
 def table_location(lake_root: str, source: str, table: str, layer: str) -> str:
     """`<lake_root>/<source>/<table>/<layer>`: layers side by side, never one table's
     folder inside another's (VACUUM of the outer one would delete the inner one)."""
-    if layer not in (SNAPSHOT, SILVER, BRONZE, BATCH_LOG):
+    if layer not in (SNAPSHOT, SILVER, BRONZE, HISTORY, BATCH_LOG):
         raise ValueError(f"unknown lake layer {layer!r}")
     return f"{lake_root.rstrip('/')}/{source}/{table}/{layer}"
 
@@ -60,7 +62,8 @@ CHANGES = "changes"
 
 def location_for_asset_key(lake_root: str, key_path: Sequence[str]) -> str:
     """`source/table` is silver, `source/table/changes` bronze, `source/table/snapshot` the snapshot,
-    `source/_batch_log` a source's batch log and `source/table/batch_log` a table's."""
+    `source/table/history` its SCD2 history, `source/_batch_log` a source's batch log and
+    `source/table/batch_log` a table's."""
     if len(key_path) == 2 and key_path[1] == SOURCE_BATCH_LOG:
         return source_batch_log_location(lake_root, key_path[0])
     if len(key_path) == 2:

@@ -34,6 +34,15 @@ def params(mariadb, database) -> ConnectionParams:
     return ConnectionParams("127.0.0.1", mariadb.port, "ingest", "ingest-test-pw", database)
 
 
+@pytest.fixture
+def aws(moto, dynamodb, monkeypatch):
+    """A lake on S3: moto's S3 for the lake, DynamoDB Local for the per-table write locks."""
+    monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", moto.endpoint_url)
+    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", dynamodb.endpoint_url)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return moto
+
+
 def describe(params: ConnectionParams, table: str):
     with params.connect() as conn:
         return describe_table(conn, params.database, table)

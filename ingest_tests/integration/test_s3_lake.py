@@ -13,14 +13,6 @@ from ingest.lake.locks import LockTimeout, ensure_table, table_lock
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 
 
-@pytest.fixture
-def aws(moto, dynamodb, monkeypatch):
-    monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", moto.endpoint_url)
-    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", dynamodb.endpoint_url)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    return moto
-
-
 def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb, database, root, tmp_path):
     from ingest.defs.definitions import build_definitions
     from ingest.lake.merge import live_rows
