@@ -21,7 +21,7 @@ from dagster import (
 )
 
 from ingest.batches import FailedRun, RetryDecision, decide_retry
-from ingest.lake.tables import CHANGES, InOrder
+from ingest.lake.tables import CHANGES, HISTORY, InOrder
 
 SOURCE_TAG = "ingest/source"
 ATTEMPT_TAG = "ingest/attempt"
@@ -40,13 +40,15 @@ class BatchIncomplete(RuntimeError):
 
 def batch_log_asset(key: AssetKey, source: str, scope: str | None, tables: Sequence[str],
                     partitions: DynamicPartitionsDefinition, table_key: Callable[..., AssetKey],
-                    order: Callable[[str], Any], group: str) -> AssetsDefinition:
-    """Records each batch as complete once bronze and silver of every table it changed are committed."""
+                    order: Callable[[str], Any], group: str, history: Sequence[str] = ()) -> AssetsDefinition:
+    """Records each batch as complete once bronze and silver (and history, for the `history` tables) of
+    every table it changed are committed."""
 
     @asset(
         key=key, group_name=group, kinds={"delta"}, io_manager_key="lake", partitions_def=partitions,
         backfill_policy=BackfillPolicy.single_run(), required_resource_keys={"lake"},
-        deps=[AssetDep(table_key(source, t)) for t in tables],
+        deps=[*(AssetDep(table_key(source, t)) for t in tables), *(AssetDep(table_key(source, t, HISTORY))
+                                                                   for t in history)],
         description=("Batch log: one row per change batch whose bronze and silver commits are all in, committed "
                      "last. The sensor starts the next batch where the newest logged one ended, and runs a batch "
                      "that is not logged again before any later one."),
@@ -54,14 +56,14 @@ def batch_log_asset(key: AssetKey, source: str, scope: str | None, tables: Seque
     )
     def _batch_log(context: AssetExecutionContext) -> InOrder:
         lake = context.resources.lake
-        return InOrder([complete_batch(lake, source, scope, tables, batch, table_key)
+        return InOrder([complete_batch(lake, source, scope, tables, batch, table_key, history)
                         for batch in sorted(context.partition_keys, key=order)])
 
     return _batch_log
 
 
 def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], batch: str,
-                   table_key: Callable[..., AssetKey]):
+                   table_key: Callable[..., AssetKey], history: Sequence[str] = ()):
     """The batch log write for `batch`, after checking in the Delta logs that every step committed."""
     from ingest.lake.batchlog import BatchLogWrite
     from ingest.lake.commits import last_commit
@@ -82,6 +84,9 @@ def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], 
         # without a finished snapshot silver waits; the snapshot's first merge catches up from bronze
         if merged is None and snap is not None and snap.metadata.get("complete"):
             missing.append(f"{t}: {rows} changes in bronze, not merged into silver")
+        if t in history and snap is not None and snap.metadata.get("complete") and last_commit(
+                lake.path_for(table_key(source, t, HISTORY)), kind="history", batch=batch) is None:
+            missing.append(f"{t}: {rows} changes in bronze, not in its history")
     if missing or positions is None:
         raise BatchIncomplete(
             f"source {source}: batch {batch} is not complete ({'; '.join(missing) or 'nothing committed'}). "

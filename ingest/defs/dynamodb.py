@@ -13,9 +13,9 @@ from ingest.defs.batches import (
     LOOK_BACK, SOURCE_TAG, batch_log_asset, batch_request, check_key, contiguity_check, fail_dead_runs,
     give_up_events, incomplete_batch, record_worker,
 )
-from ingest.defs.factory import latest_metadata, silver_asset
+from ingest.defs.factory import history_asset, latest_metadata, silver_asset
 from ingest.defs.sensors import ACTIVE_STATUSES
-from ingest.lake.tables import BATCH_LOG, CHANGES, InOrder
+from ingest.lake.tables import BATCH_LOG, CHANGES, HISTORY, InOrder
 from ingest.sources.dynamodb.cdc import StreamBatchWrite
 from ingest.sources.dynamodb.positions import StreamCheckpoint, batch_key, batch_ordinal
 from ingest.sources.dynamodb.scan import ScanSnapshotWrite
@@ -77,7 +77,7 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
     @sensor(
         name=f"{name}_stream_sensor", minimum_interval_seconds=source.cdc.min_interval_seconds,
         default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
-        asset_selection=[key for t in source.tables for key in batch_selection(name, t)],
+        asset_selection=[key for t in source.tables for key in batch_selection(name, source, t)],
         description=f"Polls the stream of each table of DynamoDB source {name}; when records wait after the last "
                     "complete batch, adds the next batch as a partition and runs it with silver. A batch that is "
                     "not complete (not in the table's batch log) runs again, with backoff, before any later one.",
@@ -141,14 +141,15 @@ def batch_log_key(name: str, table: str) -> AssetKey:
     return AssetKey([name, table, BATCH_LOG])
 
 
-def batch_selection(name: str, table: str) -> list[AssetKey]:
-    """What a batch run of one table materializes: bronze, silver, then the batch log."""
-    return [AssetKey([name, table, CHANGES]), AssetKey([name, table]), batch_log_key(name, table)]
+def batch_selection(name: str, source: DynamoDBSource, table: str) -> list[AssetKey]:
+    """What a batch run of one table materializes: bronze, silver (and history), then the batch log."""
+    return [AssetKey([name, table, CHANGES]), AssetKey([name, table]),
+            *([AssetKey([name, table, HISTORY])] if source.keeps_history(table) else []), batch_log_key(name, table)]
 
 
 def _batch_request(instance, name: str, source: DynamoDBSource, table: str, key: str, attempt: int = 1) -> RunRequest:
     return batch_request(instance, key, f"{table}:", {SOURCE_TAG: name, TABLE_TAG: table},
-                         batch_selection(name, table), [check_key(batch_log_key(name, table))], attempt,
+                         batch_selection(name, source, table), [check_key(batch_log_key(name, table))], attempt,
                          source.cdc.max_run_seconds)
 
 
@@ -163,8 +164,10 @@ def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
             changes_asset(name, source, table, partitions[table]),
             silver_asset(name, table, partitions[table], f"DynamoDB table `{table}`"),
             batch_log_asset(batch_log_key(name, table), name, table, [table], partitions[table], _table_key,
-                            batch_ordinal, name),
+                            batch_ordinal, name, history=[table] if source.keeps_history(table) else []),
         ]
+        if source.keeps_history(table):
+            assets.append(history_asset(name, table, partitions[table], f"DynamoDB table `{table}`"))
         checks.append(contiguity_check(batch_log_key(name, table), StreamCheckpoint.from_metadata,
                                        lambda a, b: None, batch_ordinal))
     return assets, stream_sensor(name, source, partitions, lake_root), checks

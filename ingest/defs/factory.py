@@ -77,6 +77,40 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
     return _snapshot
 
 
+def check_history(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig) -> None:
+    """`tables.history` must name tables the source lands, each with a primary key (SCD2 tells a key's
+    versions apart by it). Keys are checked when the source answers within a few seconds; when it does
+    not, the snapshot of such a table says the same when it runs."""
+    import fnmatch
+    from dataclasses import replace as with_field
+
+    unmatched = [p for p in source.tables.history if not any(fnmatch.fnmatchcase(t, p) for t in tables)]
+    if unmatched:
+        raise ConfigError(f"{config.path}: sources.{name}.tables.history: {unmatched} match no table the source "
+                          f"lands ({', '.join(tables)}). Fix: name tables from tables.include")
+    wanted = [t for t in tables if source.keeps_history(t)]
+    if not wanted:
+        return
+    try:
+        conn = with_field(connection_params(source), connect_timeout=3).connect()
+    except Exception:
+        return
+    with conn:
+        existing = set(list_tables(conn, source.database))
+        for t in wanted:
+            if t not in existing:
+                continue
+            try:
+                describe_table(conn, source.database, t, exclude=source.tables.excluded_columns(t))
+            except NoPrimaryKey:
+                raise ConfigError(
+                    f"{config.path}: sources.{name}.tables.history names `{source.database}.{t}`, which has no "
+                    "primary key: SCD2 history tells the versions of a row apart by its key. Fix: add a primary "
+                    f"key to {t}, or take it out of tables.history") from None
+            except Exception:
+                continue  # other problems belong to the snapshot, which names them
+
+
 def excluded_metadata(source: MySQLSource, table: str) -> dict:
     """The columns the config leaves out, shown on the table's assets."""
     excluded = sorted(source.tables.excluded_columns(table))
@@ -244,13 +278,23 @@ def needs_snapshot_merge(lake, name: str, table: str, layer: str | None = None) 
     return not merged(lake.path_for(table_key(name, table, layer)), snap.metadata["snapshot_id"])
 
 
+def history_description(what: str) -> str:
+    return (f"SCD2 history of {what}: one row per version of a key, valid from `_valid_from` to `_valid_to` "
+            "(source log positions, with commit times in `_valid_from_ts` / `_valid_to_ts`), `_current` on the live "
+            "version; a delete closes the last version. Built from bronze and the snapshot; any batch order "
+            "converges. See ingest/lake/history.py for queries as of a position.")
+
+
 def history_out_def(name: str, table: str, what: str, metadata: dict) -> AssetOut:
-    return AssetOut(
-        key=table_key(name, table, HISTORY), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
-        description=(f"SCD2 history of {what}: one row per version of a key, valid from `_valid_from` to "
-                     "`_valid_to` (binlog positions, with commit times), `_current` on the live version; a delete "
-                     "closes the last version. Built from bronze and the snapshot; any batch order converges."),
-        metadata={"lake/layer": "history", "source": name, "table": table, **metadata})
+    return AssetOut(key=table_key(name, table, HISTORY), io_manager_key="lake", kinds={"delta", "spark"},
+                    is_required=False, description=history_description(what),
+                    metadata={"lake/layer": "history", "source": name, "table": table, **metadata})
+
+
+def history_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
+    """A table's SCD2 history as its own partitioned asset (DynamoDB: one asset per layer and table)."""
+    return built_from_bronze(name, table, partitions, HISTORY, history_description(what),
+                             lambda changes, snapshot: HistoryFromBatch(name, table, changes, snapshot))
 
 
 def latest_materialization(instance, key: AssetKey):
@@ -277,8 +321,20 @@ def last_server_id(instance, name: str, tables: list[str]) -> int | None:
 
 
 def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
+    return built_from_bronze(
+        name, table, partitions, None,
+        f"Current state of {what}: the latest snapshot, then each change batch merged in order of `_pos` (any batch "
+        "order converges). Deletes stay as tombstones (`_deleted`); read live rows with "
+        "`ingest.lake.merge.live_rows`.",
+        lambda changes, snapshot: SilverFromBatch(name, table, changes, snapshot))
+
+
+def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefinition, layer: str | None,
+                      description: str, write) -> AssetsDefinition:
+    """A layer built per change batch from the table's bronze and snapshot (silver: `layer` None, history),
+    as an asset of its own: `write(changes, snapshot)` is one batch's lake write."""
     @asset(
-        key=table_key(name, table),
+        key=table_key(name, table, layer),
         group_name=name,
         kinds={"delta", "spark"},
         io_manager_key="lake",
@@ -286,18 +342,13 @@ def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition,
         backfill_policy=BackfillPolicy.single_run(),
         ins={"snapshot": AssetIn(key=table_key(name, table, "snapshot")),
              "changes": AssetIn(key=table_key(name, table, CHANGES))},
-        description=(
-            f"Current state of {what}: the latest snapshot, then each change batch "
-            "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
-            "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."
-        ),
-        metadata={"lake/layer": "silver", "source": name, "table": table},
+        description=description,
+        metadata={"lake/layer": layer or "silver", "source": name, "table": table},
     )
-    def _silver(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> InOrder:
-        return InOrder([SilverFromBatch(name, table, replace(changes, partition=batch), snapshot)
-                        for batch in sorted(context.partition_keys)])
+    def _layer(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> InOrder:
+        return InOrder([write(replace(changes, partition=batch), snapshot) for batch in sorted(context.partition_keys)])
 
-    return _silver
+    return _layer
 
 
 def reconciliation_check(name: str, source: MySQLSource, table: str, config: SourcesConfig) -> AssetChecksDefinition:
@@ -383,6 +434,7 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
         if SOURCE_BATCH_LOG in map(asset_part, tables):
             raise ConfigError(f"{config.path}: sources.{name}.tables: a table named {SOURCE_BATCH_LOG!r} would share "
                               "its asset key and lake folder with the source's batch log. Fix: exclude it")
+        check_history(name, source, tables, config)
         partitions = batches_partitions(name)
         assets: list[AssetsDefinition] = [snapshot_asset(name, source, table, config) for table in tables]
         assets.append(batch_asset(name, source, tables, config, partitions))

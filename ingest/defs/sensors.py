@@ -18,7 +18,7 @@ from ingest.defs.batches import (
     incomplete_batch, run_error,
 )
 from ingest.defs.factory import table_key
-from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
+from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, source_batch_log_location
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.preflight import check_source, failed
@@ -104,7 +104,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                   partitions: DynamicPartitionsDefinition, lake_root: str) -> SensorDefinition:
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     log_path = source_batch_log_location(lake_root, name)
-    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables], log_key]
+    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables],
+                    *[table_key(name, t, HISTORY) for t in tables if source.keeps_history(t)], log_key]
     selection = AssetSelection.assets(*batch_assets, *[table_key(name, t, "snapshot") for t in tables])
     tags = {SOURCE_TAG: name}
     retry_command = f"ingest backfill {name} --partitions <batch> --wait"

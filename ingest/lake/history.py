@@ -9,6 +9,8 @@ Columns: the table's data columns, then
                                  (`_valid_to = _valid_from`), so a query by interval never sees it; it
                                  is kept so that a version older than the delete, arriving later,
                                  is still closed by it.
+An image equal to the key's row just before it (a snapshot re-reading what the change log gave)
+also keeps an empty interval: it is no new version, and the one before it runs on.
 As of position p: `_valid_from <= p AND (_valid_to > p OR _valid_to IS NULL)`; now: `_current`.
 
 Convergence, as silver's (DESIGN principle 2): a batch inserts its versions by (key,
@@ -84,14 +86,35 @@ def close_at_truncate_sql(path: str, truncate: Truncate) -> str:
             f"AND ({TO} IS NULL OR {TO} > {truncate.pos})")
 
 
+def unchanged_sql(keys: Sequence[str], data: Sequence[str], truncates: Sequence[Truncate]) -> str:
+    """SQL: this image equals the key's row just before it, with no delete or TRUNCATE between (pure).
+    A snapshot re-reading a row the change log already gave makes one; it is no new version."""
+    window = f"OVER (PARTITION BY {', '.join(_col(k) for k in keys)} ORDER BY {FROM})"
+    image = f"to_json(struct({', '.join(_col(c) for c in data)}))"
+    prev = f"LAG({FROM}) {window}"
+    crossed = " OR ".join(f"({prev} < {t.pos} AND {FROM} > {t.pos})" for t in truncates) or "false"
+    return (f"COALESCE(NOT {DELETED} AND NOT LAG({DELETED}) {window} AND LAG({image}) {window} = {image} "
+            f"AND NOT ({crossed}), false)")
+
+
 def with_intervals(versions, keys: Sequence[str], truncates: Sequence[Truncate]):
+    """Each row's interval. An unchanged image keeps an empty one (`_valid_to = _valid_from`) and the
+    version before it runs on past it: rows are never dropped, so a version arriving later between
+    the two makes it a version again, in any order."""
     from pyspark.sql import functions as F
 
-    cols = interval_columns(keys, truncates)
     data = [c for c in versions.columns if c not in HISTORY_COLUMNS]
-    return versions.select(*[F.col(_col(c)) for c in data], F.col(FROM), F.expr(cols[TO]).alias(TO),
-                           F.col(FROM_TS), F.expr(cols[TO_TS]).alias(TO_TS), F.expr(cols[CURRENT]).alias(CURRENT),
-                           F.col(DELETED))
+    flagged = versions.select(*[F.col(_col(c)) for c in data], F.col(FROM), F.col(FROM_TS), F.col(DELETED),
+                              F.expr(unchanged_sql(keys, data, truncates)).alias("_unchanged"))
+    cols = interval_columns(keys, truncates)
+    ordered = [*[F.col(_col(c)) for c in data], F.col(FROM)]
+    versions_ = flagged.where("NOT _unchanged").select(
+        *ordered, F.expr(cols[TO]).alias(TO), F.col(FROM_TS), F.expr(cols[TO_TS]).alias(TO_TS),
+        F.expr(cols[CURRENT]).alias(CURRENT), F.col(DELETED))
+    unchanged = flagged.where("_unchanged").select(
+        *ordered, F.col(FROM).alias(TO), F.col(FROM_TS), F.col(FROM_TS).alias(TO_TS), F.lit(False).alias(CURRENT),
+        F.col(DELETED))
+    return versions_.unionByName(unchanged)
 
 
 def bronze_versions(changes):
@@ -196,9 +219,14 @@ class HistoryFromBatch:
         batch_truncates = truncates_in(bronze.where(F.col("_batch") == batch)) if bronze is not None else []
         meta = {"kind": "history", "source": self.source, "table": self.table, "batch": batch,
                 "snapshot_id": snapshot_id}
-        committed = merge_history(spark, path, versions, keys, truncates, meta,
-                                  Txn(f"history:{self.source}.{self.table}:{batch}:{snapshot_id}", 0),
-                                  batch_truncates if exists else ())
+        txn = Txn(f"history:{self.source}.{self.table}:{batch}:{snapshot_id}", 0)
+        committed = merge_history(spark, path, versions, keys, truncates, meta, txn, batch_truncates if exists else ())
+        if not committed:
+            # nothing changed (or this txn is in already): an empty commit under the same txn still says the
+            # batch is in, which the batch log checks; a repeat of the txn adds nothing
+            from ingest.lake.write import append
+
+            append(spark.read.format("delta").load(path).limit(0), path, meta, txn)
         log(f"history {self.source}/{self.table}: added batch {batch}"
             + ("" if has_snapshot else f" and snapshot {snapshot_id}")
             + ("" if committed else " (already in: nothing to do)"))

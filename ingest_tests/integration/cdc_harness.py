@@ -18,11 +18,13 @@ from ingest.lake.tables import table_location
 
 
 def write_sources(tmp_path: Path, port: int, database: str, tables: list[str], name: str = "src",
-                  password_env: str = "INGEST_TEST_MYSQL_PASSWORD", columns: dict | None = None, **extra) -> Path:
+                  password_env: str = "INGEST_TEST_MYSQL_PASSWORD", columns: dict | None = None,
+                  history: list[str] | None = None, **extra) -> Path:
     path = tmp_path / "sources.yaml"
     path.write_text(yaml.safe_dump({"sources": {name: {
         "host": "127.0.0.1", "port": port, "user": "ingest", "password_env": password_env,
-        "database": database, "tables": {"include": tables, **({"columns": columns} if columns else {})},
+        "database": database, "tables": {"include": tables, **({"columns": columns} if columns else {}),
+                                         **({"history": history} if history else {})},
         "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4}, **extra}}}))
     return path
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, build_sensor_context
 
+from ingest.lake.batchlog import logged_batches
 from ingest.lake.commits import commits
 from ingest_tests.integration.dynamodb_harness import (
     DynamoHarness, create_table, every_type_item, unique, write_sources,
@@ -255,3 +256,36 @@ def test_the_demo_carts_source_lands_with_its_declared_types(spark, dynamodb, tm
     assert h.silver_rows(demo_dynamodb.TABLE) == h.scan_rows(demo_dynamodb.TABLE)
     types = dict(spark.read.format("delta").load(h.path(demo_dynamodb.TABLE, "silver")).dtypes)
     assert (types["customer_id"], types["total"], types["skus"]) == ("bigint", "decimal(12,2)", "array<string>")
+
+
+def test_history_of_a_dynamodb_table_keeps_every_version_of_an_item(harness, ddb):
+    """`history: [table]`: the sensor's batch runs also build the SCD2 history, before the batch log."""
+    table = create_table(ddb, unique("hist"))
+    for i in range(3):
+        ddb.put_item(TableName=table, Item=every_type_item(i))
+    h = harness([table], history=[table])
+    h.snapshot(table)
+    ddb.put_item(TableName=table, Item=every_type_item(0, total={"N": "1.50"}))
+    ddb.delete_item(TableName=table, Key={"id": {"S": "item-00001"}})
+    assert h.sync_until_idle() == ["00000001"]
+    ddb.put_item(TableName=table, Item=every_type_item(0, total={"N": "2.50"}))
+    ddb.put_item(TableName=table, Item=every_type_item(1, total={"N": "9.00"}))
+    assert h.sync_until_idle() == ["00000002"]
+
+    history = h.spark.read.format("delta").load(h.path(table, "history"))
+    versions = {}
+    for r in sorted(history.collect(), key=lambda r: (r.id, r._valid_from)):
+        if r._valid_to == r._valid_from and not r._deleted:
+            # the stream's puts from before the scan, read again by the snapshot: the same image, no version
+            assert (str(r.total), r._current) == (versions[r.id][-1][0], False)
+            continue
+        versions.setdefault(r.id, []).append((str(r.total), r._deleted, r._current))
+    assert versions == {
+        "item-00000": [("0.00", False, False), ("1.50", False, False), ("2.50", False, True)],
+        "item-00001": [("1.01", False, False), ("1.01", True, False), ("9.00", False, True)],
+        "item-00002": [("2.02", False, True)],
+    }
+    current = sorted(r.id for r in history.where("_current").collect())
+    assert current == sorted(r[0] for r in h.scan_rows(table))
+    # the batch log records a batch only once its history is in: both batches are complete
+    assert [e.batch for e in logged_batches(h.path(table, "batch_log"))] == ["00000002", "00000001"]

@@ -23,14 +23,22 @@ def ts(pos):
 def expected_history(changes):
     """Per (key, from): (value, to, to_ts, current, deleted), straight from the definition."""
     truncates = [pos for pos, (_, op, _) in enumerate(changes, 1) if op == "truncate"]
-    versions = {}
+    rows = {}
     for pos, (key, op, value) in enumerate(changes, 1):
         if op != "truncate":
-            versions.setdefault(key, []).append((pos, value, op == "delete"))
+            rows.setdefault(key, []).append((pos, value, op == "delete"))
     out = {}
-    for key, vs in versions.items():
-        for i, (pos, value, deleted) in enumerate(vs):
-            ends = [vs[i + 1][0]] if i + 1 < len(vs) else []
+    for key, rs in rows.items():
+        real = []
+        for i, (pos, value, deleted) in enumerate(rs):
+            prev = rs[i - 1] if i else None
+            if (prev and not deleted and not prev[2] and prev[1] == value
+                    and not any(prev[0] < t < pos for t in truncates)):
+                out[(key, pos)] = (value, pos, ts(pos), False, False)  # the same image again: no new version
+            else:
+                real.append((pos, value, deleted))
+        for i, (pos, value, deleted) in enumerate(real):
+            ends = [real[i + 1][0]] if i + 1 < len(real) else []
             ends += [t for t in truncates if t > pos][:1]
             to = pos if deleted else (min(ends) if ends else None)
             out[(key, pos)] = (value, to, ts(to) if to else None, to is None, deleted)
