@@ -25,7 +25,8 @@ REPEATS = 3
 class Source:
     """A source of `tables` over the bench database, its definitions, instance and lake."""
 
-    def __init__(self, work: Path, name: str, port: int, tables: list[str]):
+    def __init__(self, work: Path, name: str, port: int, tables: list[str], history: list[str] | None = None,
+                 instance=None):
         from dagster import DagsterInstance
 
         from ingest.config import load_config
@@ -37,12 +38,12 @@ class Source:
         path = work / f"{name}-sources.yaml"
         path.write_text(yaml.safe_dump({"sources": {name: {
             "kind": "mysql", "host": "127.0.0.1", "port": port, "user": "bench", "password_env": "BENCH_MYSQL_PASSWORD",
-            "database": DATABASE, "tables": {"include": tables}}}}))
+            "database": DATABASE, "tables": {"include": tables, **({"history": history} if history else {})}}}}))
         (defs,) = build_source_defs(load_config(path), str(self.lake))
         self.assets, self.sensor = defs.assets, defs.sensor
         spark = SparkResource(spark_config={})
         self.resources = {"spark": spark, "lake": DeltaLakeIOManager(lake_root=str(self.lake), spark=spark)}
-        self.instance = DagsterInstance.ephemeral()
+        self.instance = instance or DagsterInstance.ephemeral()
 
     def materialize(self, keys, partition=None):
         from dagster import materialize

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -225,9 +226,11 @@ def raw_binlog_read(params: ConnectionParams, start, end) -> tuple[float, int]:
     return time.perf_counter() - started, rows
 
 
-def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, log) -> tuple[float, int, int]:
+def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, log,
+            names: tuple[str, str, str] | None = None) -> tuple[float, int, int]:
     """Every change batch from `log_start` to the head, as the sensor cuts them (one binlog file at most),
-    each read into bronze then merged into silver. Returns seconds, row changes and batches."""
+    each read into bronze then merged into silver. Returns seconds, row changes and batches.
+    `names`: the snapshot, bronze and silver folders under `lake` (default `<table>_snap` and so on)."""
     from ingest.lake.silver import SilverFromBatch
     from ingest.lake.tables import LakeTable
     from ingest.sources.mysql.binlog import binary_logs, master_position
@@ -239,6 +242,7 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
     with params.connect() as conn:
         head = master_position(conn)
         logs = [f for f, _ in binary_logs(conn)]
+    snap, bronze, silver = (str(lake / n) for n in names or (f"{table}_{n}" for n in ("snap", "bronze", "silver")))
     last_end, changes, batches = None, 0, 0
     while True:
         plan = plan_next_batch(last_end, log_start, head, logs, max_files=1)
@@ -246,10 +250,8 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
             break
         key = plan.batch.key
         write = read_change_batch(params, "bench", key, {table: ["id"]})[table]
-        bronze = str(lake / f"{table}_bronze")
         write.apply(spark, bronze, quiet)
-        SilverFromBatch("bench", table, LakeTable(spark, bronze, key), LakeTable(spark, str(lake / f"{table}_snap"))
-                        ).apply(spark, str(lake / f"{table}_silver"), quiet)
+        SilverFromBatch("bench", table, LakeTable(spark, bronze, key), LakeTable(spark, snap)).apply(spark, silver, quiet)
         changes += len(write.records)
         batches += 1
         last_end = BinlogPosition.from_metadata(write.positions["end"])
@@ -300,14 +302,7 @@ def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, pa
 
     peaks, seconds = {}, {}
     for rows in (small, large):
-        table = f"snap_{rows}"
-        with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{DATABASE}' "
-                        f"AND table_name = '{table}'")
-            exists = cur.fetchone()[0]
-        if not exists:
-            log(f"loading {rows:,} rows into {DATABASE}.{table}")
-            load_table(server, table, rows)
+        table = ensure_table(server, rows, log)
         child = subprocess.Popen([sys.executable, str(BENCH_DIR / "snapshot_child.py"), str(server.port), table,
                                   str(lake / f"mem_{rows}"), str(chunk_size), str(parallelism),
                                   str(chunks_per_commit)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -324,6 +319,66 @@ def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, pa
                    peaks[small], "MiB", higher_is_better=False, target=1.2,
                    details={"small_rows": small, "large_rows": large, "seconds_in_fresh_process": seconds,
                             "measured": "RSS of the process tree: driver, JVM, Python workers; sampled every 0.2 s"})]
+
+
+def ensure_table(server, rows: int, log) -> str:
+    """The generated table of `rows` rows (`snap_<rows>`), loaded unless an earlier benchmark did."""
+    table = f"snap_{rows}"
+    with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '{DATABASE}' "
+                    f"AND table_name = '{table}'")
+        exists = cur.fetchone()[0]
+    if not exists:
+        log(f"loading {rows:,} rows into {DATABASE}.{table}")
+        load_table(server, table, rows)
+    return table
+
+
+# ------------------------------------------------------------------ reconciliation
+
+def reconcile_bench(spark, server, params: ConnectionParams, lake: Path, small: int, large: int, chunk_size: int,
+                    parallelism: int, chunks_per_commit: int, log) -> list[Result]:
+    """Reconciliation of a synced silver table with its source, at `small` and `large` rows: its speed
+    against a snapshot of the same table (both read the whole source once), and this process's peak
+    RSS while it runs (the client's memory: flat means the ratio stays near 1)."""
+    from bench.common import PeakRss
+    from ingest.sources.mysql.reconcile import reconcile
+    from ingest.sources.mysql.schema import describe_table
+
+    seconds, snapshot_s, peaks, results = {}, {}, {}, {}
+    for rows in (small, large):
+        table = ensure_table(server, rows, log)
+        base = lake / f"reconcile_{rows}"
+        snapshot_s[rows], _ = our_snapshot(spark, params, table, str(base / "snap"), chunk_size, parallelism,
+                                           chunks_per_commit)
+        from ingest.lake.commits import last_commit
+        from ingest.sources.mysql.positions import BinlogPosition
+
+        log_start = BinlogPosition.from_metadata(last_commit(str(base / "snap"), kind="snapshot").metadata["log_start"])
+        with server.connect(database=DATABASE) as conn, conn.cursor() as cur:  # a batch to merge the snapshot in
+            cur.execute("CREATE TABLE IF NOT EXISTS tick (id INT PRIMARY KEY AUTO_INCREMENT)")
+            cur.execute("INSERT INTO tick VALUES ()")
+            conn.commit()
+        our_cdc(spark, params, table, base, log_start, log, names=("snap", "bronze", "silver"))
+        with params.connect() as conn:
+            schema = describe_table(conn, params.database, table)
+        with PeakRss(os.getpid()) as rss:
+            got = reconcile(spark, params, schema, str(base / "silver"), chunk_size=chunk_size,
+                            parallelism=parallelism)
+        assert got.passed and got.source_rows == rows == got.silver_rows, got.summary()
+        seconds[rows], peaks[rows], results[rows] = got.seconds, rss.peak / 2**20, got
+        log(f"{rows:,} rows: reconciled in {got.seconds:.1f} s (snapshot {snapshot_s[rows]:.1f} s), "
+            f"{got.ranges_checked} ranges, peak RSS {peaks[rows]:,.0f} MiB")
+    details = {"small_rows": small, "large_rows": large, "reconcile_seconds": seconds, "snapshot_seconds": snapshot_s,
+               "ranges_checked": {n: r.ranges_checked for n, r in results.items()}, "chunk_size": chunk_size,
+               "parallelism": parallelism, "measured": "reconcile(): range checksums on both sides of a synced table"}
+    return [
+        Result(f"reconcile_{_label(large)}", large / seconds[large], f"snapshot_{_label(large)}_same_table",
+               large / snapshot_s[large], "rows/s", target=1.0, details=details),
+        Result(f"reconcile_peak_rss_{_label(large)}_rows", peaks[large], f"same_at_{_label(small)}_rows",
+               peaks[small], "MiB", higher_is_better=False, target=1.1,
+               details={**details, "measured": "RSS of this (client) process, sampled every 0.2 s"}),
+    ]
 
 
 def _label(rows: int) -> str:

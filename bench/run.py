@@ -1,7 +1,8 @@
 """The benchmarks, in one run, against their baselines measured in the same run.
 
-    .venv/bin/python bench/run.py --quick      # under 5 minutes
-    .venv/bin/python bench/run.py              # the full sizes, about 30 minutes
+    .venv/bin/python bench/run.py --quick      # small sizes: about 30 minutes, 20 of them the soak
+    .venv/bin/python bench/run.py              # the full sizes: hours, most of them the soak
+    .venv/bin/python bench/run.py --only soak --soak-batches 200   # one benchmark, a size of your own
 
 Starts its own MariaDB and DynamoDB Local servers (stopped by PID at the end) and one
 local SparkSession. Prints one line per benchmark,
@@ -31,11 +32,13 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 # rows with one of `memory_large` rows, each in a fresh process.
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
-              "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100},
+              "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100,
+              "soak_batches": 500},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
-             "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100},
+             "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100,
+             "soak_batches": 5_000},
 }
-BENCHMARKS = ("snapshot", "cdc", "memory", "freshness", "dynamodb", "batch")
+BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "batch", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -48,8 +51,9 @@ def log(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes: finishes in under 5 minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes (the soak's 500 batches take most of it)")
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
+    parser.add_argument("--soak-batches", type=int, help="batches of the soak benchmark (default: the mode's)")
     parser.add_argument("--json", type=Path, help="where to write the figures (default bench/out/<mode>.json)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
@@ -97,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "memory":
                 got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
                                                **SNAPSHOT)
+            elif name == "reconcile":  # the snapshot's size, and a tenth of it
+                got = mysql_bench.reconcile_bench(spark, server, params, lake, sizes["snapshot_rows"] // 10,
+                                                  sizes["snapshot_rows"], log=log, **SNAPSHOT)
             elif name == "freshness":
                 from bench.freshness import freshness_bench
 
@@ -107,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.batch_bench import batch_bench
 
                 got = batch_bench(server, params, work, sizes["tables"], log)
+            elif name == "soak":
+                from bench.soak_bench import soak_bench
+
+                got = soak_bench(server, params, work, args.soak_batches or sizes["soak_batches"], log)
             else:
                 continue
             for result in got:

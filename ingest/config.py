@@ -282,18 +282,36 @@ class SparkSettings(_Model):
     Unset: the embedded local server, started on first use."""
 
 
-class MaintenanceSettings(_Model):
+class Scheduled(_Model):
+    running: bool = True
+    """Whether the schedule starts switched on."""
+
+    @field_validator("cron", check_fields=False)
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        from dagster._utils.schedules import is_valid_cron_string  # what the schedule will accept
+
+        if value is not None and not is_valid_cron_string(value):
+            raise ValueError(f"{value!r} is not a cron schedule. Fix: five fields such as '0 4 * * *', or null")
+        return value
+
+
+class MaintenanceSettings(Scheduled):
     cron: str | None = "30 3 * * *"
     """When the `lake_maintenance` schedule runs (compaction, vacuum, retention on every lake table);
     null: no schedule (the job still runs by hand)."""
-    running: bool = True
-    """Whether the schedule starts switched on."""
     txn_retention_days: Annotated[int, Field(ge=7, le=3650)] = 30
     """How long Delta keeps a batch's idempotent txn id (and the log its commit metadata is in). At least 7:
     bronze checks the `_pos` it holds for changes older than that (lake/bronze.py, REPLAY_CHECK_AGE)."""
     vacuum_retain_hours: Annotated[int, Field(ge=0)] = 168
     """What VACUUM keeps of files no version newer than that many hours uses (time travel that far back).
     Below 168 (Delta's safety floor) readers and writers older than that can fail."""
+
+
+class ReconcileSettings(Scheduled):
+    cron: str | None = "0 4 * * *"
+    """When the `reconcile_silver` schedule runs every MySQL silver table's `reconciliation` check (a full
+    read of each source table); null: no schedule (run the job or a check by hand)."""
 
 
 class SourcesConfig(_Model):
@@ -305,6 +323,8 @@ class SourcesConfig(_Model):
     """When set, the dbt project's models load as assets downstream of the silver tables they read."""
     maintenance: MaintenanceSettings = MaintenanceSettings()
     """Compaction, vacuum and retention of the lake's tables (see lake/maintenance.py)."""
+    reconcile: ReconcileSettings = ReconcileSettings()
+    """When silver is compared with its source (the `reconciliation` checks)."""
     python_assets: list[Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]] = []
     """Python modules whose Dagster assets load next to the sources' (your code downstream of silver,
     e.g. ingest.localdev.downstream, which reads silver with Polars)."""

@@ -316,9 +316,10 @@ class SensorRecoveryHarness(KillHarness):
     the code server that watched it, mid-bronze or mid-silver: nothing marks the run failed, so the
     sensor must see that its worker is gone)."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, instance_yaml: str | None = None):
+        """`instance_yaml`: the instance's dagster.yaml (default: the shipped one)."""
         super().__init__(*args, cdc={"min_interval_seconds": 1, "retry_backoff_seconds": 2})
-        (Path(self.env["DAGSTER_HOME"]) / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+        (Path(self.env["DAGSTER_HOME"]) / "dagster.yaml").write_text(instance_yaml or (ROOT / "dagster.yaml").read_text())
 
     def __enter__(self) -> SensorRecoveryHarness:
         super().__enter__()

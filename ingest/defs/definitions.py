@@ -18,9 +18,9 @@ from pathlib import Path
 from dagster import Definitions, in_process_executor, load_assets_from_modules
 
 from ingest.config import ConfigError, load_config
-from ingest.defs.factory import build_resources, build_source_defs
+from ingest.defs.factory import RECONCILIATION, build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
-from ingest.defs.maintenance import maintenance_defs
+from ingest.defs.maintenance import maintenance_defs, reconcile_defs
 from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource
 from ingest.lake.connect import remote_url
 from ingest.lake.storage import is_s3, spark_lake_root
@@ -54,11 +54,14 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
     lake_tables = sorted({location_for_asset_key(lake, key.path) for defs in per_source for a in defs.assets
                           for key in a.keys})
     maintenance_job, schedules = maintenance_defs(config.maintenance, lake_tables)
+    checks = [c for defs in per_source for c in defs.checks]
+    reconcile_jobs, reconcile_schedules = reconcile_defs(
+        config.reconcile, [k for c in checks for k in c.check_keys if k.name == RECONCILIATION])
     return Definitions(
         assets=assets,
-        jobs=[maintenance_job],
-        schedules=schedules,
-        asset_checks=[c for defs in per_source for c in defs.checks],
+        jobs=[maintenance_job, *reconcile_jobs],
+        schedules=[*schedules, *reconcile_schedules],
+        asset_checks=checks,
         sensors=[defs.sensor for defs in per_source],
         resources=resources,
         # One process per run: its steps share one SparkSession instead of

@@ -351,19 +351,23 @@ def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefini
     return _layer
 
 
+RECONCILIATION = "reconciliation"
+
+
 def reconciliation_check(name: str, source: MySQLSource, table: str, config: SourcesConfig) -> AssetChecksDefinition:
     settings = source.snapshot_settings(table)
     config_ref = f"{config.path}: sources.{name}.tables.include ({table})"
 
     @asset_check(
         asset=table_key(name, table),
-        name="reconciliation",
+        name=RECONCILIATION,
         required_resource_keys={"lake"},
         description=(
-            f"Compares the live rows of silver with `{source.database}.{table}` row by row (a hash per row, joined "
-            "on the primary key, counts and checksums per side), leaving out keys the binlog shows changed after "
-            "the position silver has merged up to. A mismatch names the primary-key ranges that differ. Reads the "
-            "whole source table, so the sensor's batch runs leave it out: run it from the UI or the CLI."
+            f"Compares the live rows of silver with `{source.database}.{table}`: a row count and checksum per "
+            "primary-key range on both sides, then row by row only in the ranges that differ, leaving out keys "
+            "the binlog shows changed after the position silver has merged up to. A mismatch names the ranges "
+            "and keys that differ. Reads the whole source table, so the sensor's batch runs leave it out: it "
+            "runs on the `reconcile_silver` schedule, or from the UI."
         ),
     )
     def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:

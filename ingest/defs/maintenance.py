@@ -1,15 +1,36 @@
-"""The lake maintenance job and its schedule (Dagster wiring for lake/maintenance.py)."""
+"""Scheduled upkeep: the lake maintenance job (Dagster wiring for lake/maintenance.py) and the
+reconciliation job, each with its schedule."""
 
 # No `from __future__ import annotations`: Dagster reads these annotations at run time.
 
 from collections.abc import Sequence
 
-from dagster import (DefaultScheduleStatus, JobDefinition, MetadataValue, OpExecutionContext, Output,
-                     ScheduleDefinition, job, op)
+from dagster import (AssetCheckKey, AssetSelection, DefaultScheduleStatus, JobDefinition, MetadataValue,
+                     OpExecutionContext, Output, ScheduleDefinition,
+                     define_asset_job, job, op)
 
-from ingest.config import MaintenanceSettings
+from ingest.config import MaintenanceSettings, ReconcileSettings, Scheduled
 
 JOB = "lake_maintenance"
+RECONCILE_JOB = "reconcile_silver"
+
+
+def schedule_for(job_def, settings: Scheduled, cron: str | None) -> list[ScheduleDefinition]:
+    return [] if cron is None else [ScheduleDefinition(
+        name=f"{job_def.name}_schedule", job=job_def, cron_schedule=cron,
+        default_status=DefaultScheduleStatus.RUNNING if settings.running else DefaultScheduleStatus.STOPPED)]
+
+
+def reconcile_defs(settings: ReconcileSettings, checks: Sequence[AssetCheckKey]
+                   ) -> tuple[list, list[ScheduleDefinition]]:
+    """A job that runs only the `reconciliation` checks (no materialization), and its schedule."""
+    if not checks:
+        return [], []
+    reconcile_job = define_asset_job(
+        RECONCILE_JOB, selection=AssetSelection.checks(*checks),
+        description="Compares every MySQL silver table with its source by key-range checksums, row by row "
+                    "only where a range differs (the `reconciliation` checks).")
+    return [reconcile_job], schedule_for(reconcile_job, settings, settings.cron)
 
 
 def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
@@ -39,7 +60,4 @@ def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
     def maintenance_job():
         maintain_tables()
 
-    schedules = [] if settings.cron is None else [ScheduleDefinition(
-        name=f"{JOB}_schedule", job=maintenance_job, cron_schedule=settings.cron,
-        default_status=DefaultScheduleStatus.RUNNING if settings.running else DefaultScheduleStatus.STOPPED)]
-    return maintenance_job, schedules
+    return maintenance_job, schedule_for(maintenance_job, settings, settings.cron)

@@ -7,8 +7,14 @@ at random points and checks more (checksum, every row, resumption).
 
 import os
 import random
+from pathlib import Path
 
+import pytest
+
+from ingest_tests.conftest import free_port
 from ingest_tests.kill_harness import PHASES, KillHarness
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_random_sigkills_in_every_phase_lose_and_duplicate_no_row(spark, mariadb, database, root, tmp_path):
@@ -23,17 +29,42 @@ def test_random_sigkills_in_every_phase_lose_and_duplicate_no_row(spark, mariadb
     assert all(t.clean for t in report.trials), report.summary()
 
 
+@pytest.fixture
+def dagster_postgres(monkeypatch):
+    """A PostgreSQL server with an empty `dagster` database, and the variables dagster-postgres.yaml reads."""
+    from ingest.localdev.postgres import PostgresServer
+
+    server = PostgresServer(free_port()).start()
+    try:
+        variables = {"DAGSTER_PG_HOST": server.host, "DAGSTER_PG_PORT": str(server.port),
+                     "DAGSTER_PG_USER": server.user, "DAGSTER_PG_PASSWORD": server.password,
+                     "DAGSTER_PG_DB": server.create_database("dagster")}
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        yield server
+    finally:
+        server.stop()
+
+
 def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_alone(
-        spark, mariadb, database, root, tmp_path):
+        spark, mariadb, database, root, tmp_path, dagster_postgres):
     """dagster-daemon with the binlog sensor on; each trial kills the run the sensor launched at one point
     (before any write, mid-bronze, after bronze and before silver, mid-silver) or stops and cancels it.
     Nothing but the sensor runs the batch again; every trial ends with nothing lost, extra, stale or
-    duplicated."""
+    duplicated. The instance is the multi-machine one: the shipped dagster.yaml with
+    dagster-postgres.yaml appended (runs, events and sensor state in PostgreSQL); the other tests that
+    start Dagster processes use the SQLite default."""
     from ingest_tests.kill_harness import SENSOR_POINTS, SensorRecoveryHarness
 
     seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(10 ** 6)))
-    with SensorRecoveryHarness(spark, root, mariadb.port, database, tmp_path, seed) as harness:
+    instance_yaml = (ROOT / "dagster.yaml").read_text() + (ROOT / "dagster-postgres.yaml").read_text()
+    with SensorRecoveryHarness(spark, root, mariadb.port, database, tmp_path, seed,
+                               instance_yaml=instance_yaml) as harness:
         report = harness.run(len(SENSOR_POINTS))
+        instance = harness.h.instance
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        # run monitoring ran against it: its daemon's heartbeat is in PostgreSQL
+        assert "MONITORING" in instance.get_daemon_heartbeats()
     print(report.summary())
     assert {t.phase for t in report.trials if t.killed} == set(SENSOR_POINTS), report.summary()
     # the killed run's batch was completed by a later run the sensor launched, not skipped

@@ -1,9 +1,24 @@
-"""Reconciliation of silver with the source, through the asset check."""
+"""Reconciliation of silver with the source, through the asset check and the job its schedule runs."""
 
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DefaultScheduleStatus, Definitions
+
+from ingest.config import ReconcileSettings
+from ingest.defs.factory import RECONCILIATION
+from ingest.defs.maintenance import RECONCILE_JOB, reconcile_defs
 from ingest.lake.merge import delta_path
-from dagster import DagsterInstance
-
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+
+
+def scheduled_reconciliation(h: CdcHarness, table: str):
+    """Run the job the `reconcile_silver` schedule launches, as the daemon would; the check's evaluation."""
+    jobs, schedules = reconcile_defs(ReconcileSettings(), [AssetCheckKey(AssetKey([h.name, table]), RECONCILIATION)])
+    (schedule,) = schedules
+    assert schedule.cron_schedule == "0 4 * * *" and schedule.default_status == DefaultScheduleStatus.RUNNING
+    defs = Definitions(assets=h.assets, asset_checks=h.checks, jobs=jobs, resources=h.resources)
+    result = defs.resolve_job_def(RECONCILE_JOB).execute_in_process(instance=h.instance)
+    assert not result.get_asset_materialization_events()  # it checks; it materializes nothing
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation
 
 
 def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_changed(spark, root, database, mariadb,
@@ -18,6 +33,10 @@ def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_chan
         cur.execute("UPDATE r SET v = 99 WHERE id % 10 = 0")
         cur.execute("DELETE FROM r WHERE id BETWEEN 100 AND 120")
     h.sync()
+    synced = scheduled_reconciliation(h, "r")
+    assert synced.passed, synced.description
+    checked = synced.metadata["ranges_checked"].value
+    assert checked >= 5 and synced.metadata["ranges_compared_by_row"].value == 0  # all checksums agree
     with root.cursor() as cur:  # after the last batch: changes the next batch brings, not divergences
         cur.execute("UPDATE r SET s = 'later' WHERE id IN (7, 4007)")
         cur.execute("INSERT INTO r VALUES (9000, 1, 'later')")
@@ -26,12 +45,14 @@ def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_chan
     assert passed.passed, passed.description
     assert passed.metadata["source_rows"].value == 5000 - 21 + 1
     assert passed.metadata["recently_changed_keys"].value == 3
+    # only the ranges holding 7, 4007 and 9000 (chunks of 1000 keys; 4007 lies below the last boundary, 4021)
+    assert passed.metadata["ranges_compared_by_row"].value == 3 < checked
 
     silver = delta_path(h.silver_path("r"))  # hand edits, as a user with write access might
     spark.sql(f"UPDATE {silver} SET v = -1 WHERE id = 1500")
     spark.sql(f"UPDATE {silver} SET _deleted = true WHERE id = 4321")
     spark.sql(f"DELETE FROM {silver} WHERE id = 4322")
-    failed = h.check("r")
+    failed = scheduled_reconciliation(h, "r")
     assert not failed.passed
     ranges = failed.metadata["ranges"].value
     assert len(ranges) == 2, ranges  # chunks of 1000 keys: 1500 in one, 4321 and 4322 in another

@@ -28,3 +28,14 @@ def test_defaults_schedule_maintenance_nightly(tmp_path):
     settings = load_config(path).maintenance
     assert (settings.cron, settings.running, settings.txn_retention_days, settings.vacuum_retain_hours) == (
         "30 3 * * *", True, 30, 168)
+
+
+def test_reconciliation_runs_daily_by_default_and_can_be_unscheduled(tmp_path):
+    path = tmp_path / "sources.yaml"
+    path.write_text("sources: {}\n")
+    assert (load_config(path).reconcile.cron, load_config(path).reconcile.running) == ("0 4 * * *", True)
+    path.write_text("sources: {}\nreconcile: {cron: null}\n")
+    assert load_config(path).reconcile.cron is None
+    path.write_text("sources: {}\nreconcile: {cron: daily}\n")
+    with pytest.raises(ConfigError, match=r"reconcile.*cron"):
+        load_config(path)
