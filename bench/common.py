@@ -116,6 +116,10 @@ def _java_version() -> str:
         return "?"
 
 
+def process_rss_bytes(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def tree_rss_bytes(root: int) -> int:
     """The resident memory of a process and all its descendants (driver, JVM, Python workers)."""
     children: dict[int, list[int]] = {}
@@ -142,16 +146,17 @@ def tree_rss_bytes(root: int) -> int:
 
 
 class PeakRss:
-    """Samples the RSS of a process tree every `interval` seconds on a thread; `.peak` in bytes."""
+    """Samples the RSS of a process tree (or with `tree=False` the process alone) every `interval`
+    seconds on a thread; `.peak` in bytes."""
 
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
-        self.pid, self.interval, self.peak = pid, interval, 0
+    def __init__(self, pid: int, interval: float = 0.2, tree: bool = True) -> None:
+        self.pid, self.interval, self.peak, self.tree = pid, interval, 0, tree
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self.peak = max(self.peak, tree_rss_bytes(self.pid) if self.tree else process_rss_bytes(self.pid))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakRss:

@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(result.line(), flush=True)
             results.extend(got)
     finally:
+        if "spark" in locals():  # before the server goes: at exit the client would retry a call to it for minutes
+            spark.stop()
         stop_local(work / "spark")
         server.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -41,8 +41,9 @@ def soak_bench(server, params, work: Path, batches: int, log, maintain_every: in
 
     os.environ["BENCH_MYSQL_PASSWORD"] = PASSWORD
     create_tables(server, [TABLE])
-    source = Source(work, "soak", server.port, [TABLE], history=[TABLE],
-                    instance=DagsterInstance.local_temp(str(work / "soak-dagster")))
+    home = work / "soak-dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    source = Source(work, "soak", server.port, [TABLE], history=[TABLE], instance=DagsterInstance.local_temp(str(home)))
     source.snapshot()
     tables = sorted({location_for_asset_key(str(source.lake), key.path) for a in source.assets for key in a.keys
                      if key != AssetKey(["soak", TABLE, "snapshot"])})
