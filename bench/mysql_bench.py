@@ -342,7 +342,7 @@ def reconcile_bench(spark, server, params: ConnectionParams, lake: Path, small: 
     against a snapshot of the same table (both read the whole source once), and this process's peak
     RSS while it runs (the client's memory: flat means the ratio stays near 1)."""
     from bench.common import PeakRss
-    from ingest.sources.mysql.reconcile import reconcile
+    from ingest.reconcile import reconcile
     from ingest.sources.mysql.schema import describe_table
 
     seconds, snapshot_s, peaks, results = {}, {}, {}, {}

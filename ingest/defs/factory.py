@@ -372,7 +372,8 @@ def reconciliation_check(name: str, source: MySQLSource, table: str, config: Sou
     )
     def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:
         from ingest.defs.io_managers import to_dagster_metadata
-        from ingest.sources.mysql.reconcile import reconcile, reconciliation_metadata
+        from ingest.lake.reconcile import reconciliation_metadata
+        from ingest.reconcile import reconcile
 
         lake = context.resources.lake
         params = connection_params(source)

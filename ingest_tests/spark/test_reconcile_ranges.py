@@ -3,7 +3,7 @@
 import bisect
 import random
 
-from ingest.sources.mysql.reconcile import range_index
+from ingest.lake.reconcile import range_index
 
 
 def test_composite_keys_fall_in_the_range_a_binary_search_of_the_boundaries_gives(spark):

@@ -2,9 +2,8 @@
 
 import bisect
 
-from ingest.sources.mysql.positions import BatchRange, BinlogPosition
-from ingest.sources.mysql.reconcile import (
-    MAX_REPORTED_KEYS, group_by_range, merged_through, ranges_that_differ, thin_boundaries)
+from ingest.lake.reconcile import MAX_REPORTED_KEYS, group_by_range, ranges_that_differ, thin_boundaries
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition, merged_through
 
 
 def pos(n: int) -> BinlogPosition:

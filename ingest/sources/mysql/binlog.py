@@ -252,3 +252,15 @@ def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at
         if table in key_columns and table not in result.skipped:
             result.records.setdefault(table, []).append(
                 ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))
+
+
+def keys_changed(params, schema, batch: BatchRange) -> set[tuple]:
+    """The primary keys of `schema`'s table that row events in `batch` touched (before and after images)."""
+    keys = list(schema.primary_key)
+    records = read_batch(params, batch, {schema.table: keys}).records.get(schema.table, [])
+    out: set[tuple] = set()
+    for r in records:
+        for image in (r.row, r.before):
+            if image:
+                out.add(tuple(image.get(k) for k in keys))
+    return out

@@ -1,29 +1,28 @@
-"""Reconciliation: does silver hold what the source holds?
+"""Reconciliation: does silver hold what the source holds? (the comparison, for any source)
 
-Silver is compared with the source at a matched position, in the manner of
-pt-table-checksum: both sides are cut into the same primary-key ranges, each
-range gets a row count and a checksum (the sum of a 64-bit hash per row), and
-only the ranges whose counts or checksums differ are compared row by row. The
-source is read once, with the snapshot's own chunk reader (so both sides have
-the same types); its per-row hashes are kept on the Spark side's disk for the
-row-by-row step, and nothing per row reaches the driver except the keys that
-differ, streamed and counted. The source read is newer than silver, so keys the
-binlog shows changed after the position silver has merged up to are left out
-(they are the next batch's business, not a divergence). A mismatch names its
-key ranges and a few keys in each, so it says where to look and what to
-re-snapshot.
+In the manner of pt-table-checksum: both sides are cut into the same
+primary-key ranges, each range gets a row count and a checksum (the sum of a
+64-bit hash per row), and only the ranges whose counts or checksums differ are
+compared row by row. The source is read once; its per-row hashes are kept on
+the Spark side's disk for the row-by-row step, and nothing per row reaches the
+client except the keys that differ, streamed and counted. The source read is
+newer than silver, so the caller says which keys changed after the position
+silver has merged up to: those are the next batch's business, not a
+divergence. A mismatch names its key ranges and a few keys in each, so it says
+where to look and what to re-snapshot.
+
+The source side (its rows as a DataFrame, its key ranges, the keys changed
+since a position) comes from the caller: see ingest/reconcile.py for MySQL.
 """
 
 from __future__ import annotations
 
 import heapq
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.sources.mysql.chunks import Key
-from ingest.sources.mysql.positions import BatchRange, BinlogPosition
+Key = tuple[Any, ...]
 
 MAX_REPORTED_KEYS = 5
 MAX_RANGES = 1024
@@ -57,7 +56,7 @@ class Reconciliation:
     silver_rows: int = 0
     source_checksum: int = 0
     silver_checksum: int = 0
-    compared_at: BinlogPosition | None = None
+    compared_at: Any = None
     """The position silver has merged up to."""
     ranges_checked: int = 0
     ranges_compared_by_row: int = 0
@@ -82,20 +81,6 @@ class Reconciliation:
 
 
 # ---------------------------------------------------------------- pure
-
-def merged_through(log_start: BinlogPosition, merged: Iterable[BatchRange]) -> BinlogPosition:
-    """How far silver is complete: from the snapshot's log start along contiguous merged batches (pure).
-
-    A batch that starts past the end reached so far leaves a gap: silver may
-    lack what lies in it, so the position stops there.
-    """
-    reached = log_start
-    for batch in sorted(merged, key=lambda b: b.start):
-        if batch.start > reached:
-            break
-        reached = max(reached, batch.end)
-    return reached
-
 
 def thin_boundaries(boundaries: Sequence[Key], max_ranges: int = MAX_RANGES) -> list[Key]:
     """At most `max_ranges - 1` of the chunk plan's boundaries, evenly spaced (pure)."""
@@ -137,7 +122,7 @@ class _Desc:
         return self.key > other.key
 
 
-# ---------------------------------------------------------------- Spark and the source
+# ---------------------------------------------------------------- Spark
 
 def row_hash(df, columns: Sequence[str]):
     """A 64-bit hash of the columns, nulls told apart from values (Spark's hash skips nulls)."""
@@ -146,8 +131,7 @@ def row_hash(df, columns: Sequence[str]):
     from ingest.lake.tables import spark_ident
 
     cols = [F.col(spark_ident(c)) for c in columns]
-    nulls = F.concat(*[F.when(c.isNull(), F.lit("1")).otherwise(F.lit("0")) for c in cols])
-    return F.xxhash64(*cols, nulls)
+    return F.xxhash64(*cols, *[c.isNull() for c in cols])
 
 
 def range_index(keys: Sequence[str], types: Sequence[str], boundaries: Sequence[Key]):
@@ -180,58 +164,33 @@ def range_index(keys: Sequence[str], types: Sequence[str], boundaries: Sequence[
     return search(0, len(boundaries))
 
 
-def silver_position(spark, silver_path: str, basename: str) -> BinlogPosition | None:
-    """The position silver has merged up to, from its Delta log (None: no snapshot merged)."""
-    from ingest.lake.commits import commits
+def range_sums(*sides) -> list[dict[int, tuple[int, int]]]:
+    """Per side, per range index: rows and the sum of their hashes mod 2^64. One Spark job reads every
+    side (their scans share the executors), and one small row per side and range reaches the client."""
+    from functools import reduce
 
-    history = commits(silver_path)
-    snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)
-    if snapshot is None:
-        return None
-    merged = [BatchRange.from_key(c.metadata["batch"], basename) for c in history
-              if c.metadata.get("kind") == "silver" and c.metadata.get("batch") and c.version > snapshot.version]
-    return merged_through(BinlogPosition.from_metadata(snapshot.metadata["log_start"]), merged)
-
-
-def range_sums(hashed) -> dict[int, tuple[int, int]]:
-    """Per range index: rows and the sum of their hashes mod 2^64 (one small row per range to the driver)."""
     from pyspark.sql import functions as F
 
-    rows = hashed.groupBy("_range").agg(F.count(F.lit(1)).alias("n"),
-                                        F.sum(F.col("_h").cast("decimal(38,0)")).alias("s")).collect()
-    return {int(r["_range"]): (int(r["n"]), int(r["s"]) % 2 ** 64) for r in rows}
+    tagged = reduce(lambda a, b: a.unionByName(b),
+                    [side.select(F.lit(i).alias("_side"), "_range", "_h") for i, side in enumerate(sides)])
+    rows = tagged.groupBy("_side", "_range").agg(F.count(F.lit(1)).alias("n"),
+                                                 F.sum(F.col("_h").cast("decimal(38,0)")).alias("s")).collect()
+    out: list[dict[int, tuple[int, int]]] = [{} for _ in sides]
+    for r in rows:
+        out[r["_side"]][int(r["_range"])] = (int(r["n"]), int(r["s"]) % 2 ** 64)
+    return out
 
 
-def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, parallelism: int) -> Reconciliation:
-    """Compare silver's live rows with the source's rows now, range checksums first, leaving out keys
-    changed since silver's position."""
+def compare(source, silver, columns: Sequence[str], keys: Sequence[str], chunk_plan: Sequence[Key],
+            changed_keys: Callable[[], set[Key]], result: Reconciliation) -> Reconciliation:
+    """Fill `result` from the source's rows and silver's live rows (DataFrames in lake column names):
+    range checksums first, then row by row in the ranges that differ, leaving out `changed_keys()`
+    (called only when some range differs)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from ingest.lake.columns import lake_name
-    from ingest.lake.merge import live_rows
     from ingest.lake.tables import spark_ident
-    from ingest.lake.write import lake_columns
-    from ingest.sources.mysql.binlog import master_position
-    from ingest.sources.mysql.chunks import plan_chunks
-    from ingest.sources.mysql.snapshot import plan_boundaries, read_chunks_df
 
-    started = time.monotonic()
-    keys = list(schema.primary_key)
-    result = Reconciliation(schema.table)
-    with params.connect() as conn:
-        head = master_position(conn)
-        chunk_plan = plan_boundaries(conn, schema, chunk_size, None)
-    position = silver_position(spark, silver_path, head.basename)
-    if position is None:
-        raise ValueError(f"{schema.table}: silver at {silver_path} has no snapshot merged yet. "
-                         "Fix: materialize the snapshot and a change batch first")
-    result.compared_at = position
-
-    silver = live_rows(spark.read.format("delta").load(silver_path))
-    source = lake_columns(read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism))
-    columns = [lake_name(c) for c in schema.column_names]
-    lake_keys = [lake_name(k) for k in keys]
     silver_types, source_types = dict(silver.dtypes), dict(source.dtypes)
     for c in columns:  # compare in silver's types; a column silver lacks compares as null
         if c in silver_types:
@@ -239,14 +198,14 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
         else:
             silver = silver.withColumn(c, F.lit(None).cast(source_types[c]))
     boundaries = thin_boundaries(chunk_plan)
-    in_range = range_index(lake_keys, [dict(silver.dtypes)[k] for k in lake_keys], boundaries)
-    hashed = [side.select(*[F.col(spark_ident(k)) for k in lake_keys], row_hash(side, columns).alias("_h"),
+    in_range = range_index(keys, [dict(silver.dtypes)[k] for k in keys], boundaries)
+    hashed = [side.select(*[F.col(spark_ident(k)) for k in keys], row_hash(side, columns).alias("_h"),
                           in_range.alias("_range")) for side in (source, silver)]
     # The source is read once: its hashes stay on the executors' disks for the row-by-row step.
     s = hashed[0].persist(StorageLevel.DISK_ONLY)
     t = hashed[1]
     try:
-        source_sums, silver_sums = range_sums(s), range_sums(t)
+        source_sums, silver_sums = range_sums(s, t)
         result.ranges_checked = len(boundaries) + 1
         result.source_rows = sum(n for n, _ in source_sums.values())
         result.silver_rows = sum(n for n, _ in silver_sums.values())
@@ -255,32 +214,24 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
         differ = ranges_that_differ(source_sums, silver_sums)
         result.ranges_compared_by_row = len(differ)
         if differ:
-            result.ranges, result.recently_changed = _compare_rows(params, schema, s, t, differ, boundaries, position)
+            result.ranges, result.recently_changed = _compare_rows(s, t, differ, boundaries, keys, changed_keys())
     finally:
         s.unpersist()
-    result.seconds = time.monotonic() - started
     return result
 
 
-def _compare_rows(params, schema, s, t, differ: list[int], boundaries: list[Key], since: BinlogPosition):
-    """The rows of the differing ranges joined on the key; keys the binlog changed since silver's position
-    are left out. Returns the ranges that still differ and how many keys were left out."""
+def _compare_rows(s, t, differ: list[int], boundaries: list[Key], keys: Sequence[str], changed: set[Key]):
+    """The rows of the differing ranges joined on the key, less the `changed` keys. Returns the ranges
+    that still differ and how many keys were left out."""
     from pyspark.sql import functions as F
 
-    from ingest.lake.columns import lake_name
     from ingest.lake.tables import spark_ident
-    from ingest.sources.mysql.binlog import master_position
 
-    keys = list(schema.primary_key)
-    lake_keys = [lake_name(k) for k in keys]
-    with params.connect() as conn:
-        now = master_position(conn)
-    changed = _keys_changed(params, schema, BatchRange(since, now), keys) if now > since else set()
     picked = F.col("_range").isin(differ)
-    joined = s.where(picked).alias("s").join(t.where(picked).alias("t"), on=[*lake_keys], how="full_outer")
+    joined = s.where(picked).alias("s").join(t.where(picked).alias("t"), on=list(keys), how="full_outer")
     kind = (F.when(F.col("t._h").isNull(), "missing").when(F.col("s._h").isNull(), "extra")
             .when(F.col("s._h") != F.col("t._h"), "different"))
-    rows = (joined.select(*[F.col(spark_ident(k)) for k in lake_keys],
+    rows = (joined.select(*[F.col(spark_ident(k)) for k in keys],
                           F.coalesce(F.col("s._range"), F.col("t._range")).alias("_range"), kind.alias("_kind"))
             .where(F.col("_kind").isNotNull()).toLocalIterator())
     left_out = 0
@@ -288,7 +239,7 @@ def _compare_rows(params, schema, s, t, differ: list[int], boundaries: list[Key]
     def differences():
         nonlocal left_out
         for r in rows:
-            key = tuple(r[k] for k in lake_keys)
+            key = tuple(r[k] for k in keys)
             if key in changed:
                 left_out += 1
             else:
@@ -296,18 +247,6 @@ def _compare_rows(params, schema, s, t, differ: list[int], boundaries: list[Key]
 
     ranges = group_by_range(differences(), boundaries)
     return ranges, left_out
-
-
-def _keys_changed(params, schema, batch: BatchRange, keys: list[str]) -> set[Key]:
-    from ingest.sources.mysql.binlog import read_batch
-
-    records = read_batch(params, batch, {schema.table: keys}).records.get(schema.table, [])
-    out: set[Key] = set()
-    for r in records:
-        for image in (r.row, r.before):
-            if image:
-                out.add(tuple(image.get(k) for k in keys))
-    return out
 
 
 def reconciliation_metadata(result: Reconciliation) -> dict[str, Any]:
@@ -318,7 +257,7 @@ def reconciliation_metadata(result: Reconciliation) -> dict[str, Any]:
         "differing_rows": sum(r.missing + r.extra + r.different for r in result.ranges),
         "recently_changed_keys": result.recently_changed,
         "source_checksum": str(result.source_checksum), "silver_checksum": str(result.silver_checksum),
-        "compared_at": result.compared_at.to_metadata() if result.compared_at else None,
+        "compared_at": str(result.compared_at) if result.compared_at is not None else None,
         "seconds": round(result.seconds, 2),
         "ranges": [r.describe() for r in result.ranges[:20]],
     }

@@ -1,0 +1,1 @@
+"""PostgreSQL through logical replication (pgoutput): positions and message decoding so far."""

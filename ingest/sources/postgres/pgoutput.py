@@ -1,0 +1,267 @@
+"""Decoding of pgoutput, PostgreSQL's logical replication protocol (version 1), without I/O (pure).
+
+The messages (https://www.postgresql.org/docs/15/protocol-logicalrep-message-formats.html) come one
+per row of `pg_logical_slot_peek_binary_changes` or per CopyData of a replication connection. Every
+transaction is BEGIN, then RELATION (and TYPE) messages before the first change to a table in the
+decoding session, then INSERT / UPDATE / DELETE / TRUNCATE, then COMMIT. Values come in text form
+('t'), as NULL ('n'), or as 'u': a TOASTed value the UPDATE did not change and did not send (with
+REPLICA IDENTITY DEFAULT), which silver must keep rather than overwrite.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.sources.postgres.positions import Lsn
+
+PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class Unchanged:
+    """A TOASTed value an UPDATE left as it was and did not send."""
+
+    _instance: Unchanged | None = None
+
+    def __new__(cls) -> Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
+class ProtocolError(ValueError):
+    """Bytes that are not the pgoutput message they claim to be."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_oid: int
+    type_modifier: int
+    key: bool
+    """Part of the replica identity (the primary key, with REPLICA IDENTITY DEFAULT)."""
+
+
+@dataclass(frozen=True)
+class Relation:
+    oid: int
+    namespace: str
+    name: str
+    replica_identity: str
+    """'d' default (primary key), 'n' nothing, 'f' full, 'i' an index."""
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    oid: int
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Begin:
+    final_lsn: Lsn
+    """The LSN of the transaction's COMMIT record: what its changes are ordered by."""
+    commit_time: dt.datetime
+    xid: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    commit_lsn: Lsn
+    end_lsn: Lsn
+    """Where the next transaction's records may start: confirming it releases this one's WAL."""
+    commit_time: dt.datetime
+
+
+@dataclass(frozen=True)
+class Insert:
+    relation: int
+    new: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Update:
+    relation: int
+    new: tuple[Any, ...]
+    old: tuple[Any, ...] | None = None
+    """The old key ('K', when the key changed) or old row ('O', REPLICA IDENTITY FULL); else None."""
+
+
+@dataclass(frozen=True)
+class Delete:
+    relation: int
+    old: tuple[Any, ...]
+    """The old key ('K': other columns NULL) or the whole old row ('O')."""
+
+
+@dataclass(frozen=True)
+class Truncate:
+    relations: tuple[int, ...]
+    cascade: bool
+    restart_identity: bool
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A message this decoder has no use for (ORIGIN, a logical decoding MESSAGE)."""
+
+    kind: str
+
+
+Message = Begin | Commit | Relation | TypeInfo | Insert | Update | Delete | Truncate | Skipped
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = memoryview(data), 0
+
+    def take(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise ProtocolError(f"message ends after {len(self.data)} bytes, inside a field at {self.at}")
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return value
+
+    def byte(self) -> str:
+        return chr(self.take("!B"))
+
+    def string(self) -> str:
+        end = bytes(self.data[self.at:]).find(b"\0")
+        if end < 0:
+            raise ProtocolError(f"a string at {self.at} has no terminating NUL")
+        text = bytes(self.data[self.at:self.at + end]).decode("utf-8")
+        self.at += end + 1
+        return text
+
+    def raw(self, n: int) -> bytes:
+        if n < 0 or self.at + n > len(self.data):
+            raise ProtocolError(f"a value of {n} bytes at {self.at} runs past the message's end")
+        out = bytes(self.data[self.at:self.at + n])
+        self.at += n
+        return out
+
+    def time(self) -> dt.datetime:
+        return PG_EPOCH + dt.timedelta(microseconds=self.take("!q"))
+
+    def lsn(self) -> Lsn:
+        return Lsn(self.take("!Q"))
+
+    def tuple_data(self) -> tuple[Any, ...]:
+        values: list[Any] = []
+        for _ in range(self.take("!H")):
+            kind = self.byte()
+            if kind == "n":
+                values.append(None)
+            elif kind == "u":
+                values.append(UNCHANGED)
+            elif kind == "t":
+                values.append(self.raw(self.take("!i")).decode("utf-8"))
+            elif kind == "b":
+                values.append(self.raw(self.take("!i")))
+            else:
+                raise ProtocolError(f"unknown tuple value kind {kind!r} at {self.at - 1}")
+        return tuple(values)
+
+
+def decode(data: bytes) -> Message:
+    """One pgoutput message."""
+    if not data:
+        raise ProtocolError("an empty message")
+    r = _Reader(data)
+    kind = r.byte()
+    if kind == "B":
+        return Begin(r.lsn(), r.time(), r.take("!I"))
+    if kind == "C":
+        r.take("!B")  # flags, unused
+        return Commit(r.lsn(), r.lsn(), r.time())
+    if kind == "R":
+        oid, namespace, name, identity = r.take("!I"), r.string(), r.string(), r.byte()
+        columns = []
+        for _ in range(r.take("!H")):
+            flags = r.take("!B")
+            columns.append(Column(r.string(), r.take("!I"), r.take("!i"), bool(flags & 1)))
+        return Relation(oid, namespace, name, identity, tuple(columns))
+    if kind == "Y":
+        return TypeInfo(r.take("!I"), r.string(), r.string())
+    if kind == "I":
+        oid = r.take("!I")
+        _expect(r, "N")
+        return Insert(oid, r.tuple_data())
+    if kind == "U":
+        oid, old = r.take("!I"), None
+        marker = r.byte()
+        if marker in ("K", "O"):
+            old = r.tuple_data()
+            marker = r.byte()
+        if marker != "N":
+            raise ProtocolError(f"UPDATE: expected 'N' before the new tuple, got {marker!r}")
+        return Update(oid, r.tuple_data(), old)
+    if kind == "D":
+        oid = r.take("!I")
+        marker = r.byte()
+        if marker not in ("K", "O"):
+            raise ProtocolError(f"DELETE: expected 'K' or 'O' before the old tuple, got {marker!r}")
+        return Delete(oid, r.tuple_data())
+    if kind == "T":
+        n, options = r.take("!I"), r.take("!B")
+        return Truncate(tuple(r.take("!I") for _ in range(n)), bool(options & 1), bool(options & 2))
+    if kind in ("O", "M"):
+        return Skipped(kind)
+    raise ProtocolError(f"unknown pgoutput message {kind!r} (streamed transactions need protocol version 2, "
+                        "which this reader does not ask for)")
+
+
+def _expect(r: _Reader, marker: str) -> None:
+    got = r.byte()
+    if got != marker:
+        raise ProtocolError(f"expected {marker!r}, got {got!r}")
+
+
+@dataclass
+class Transaction:
+    begin: Begin
+    commit: Commit | None = None
+    changes: list[tuple[Relation, Insert | Update | Delete | Truncate]] = field(default_factory=list)
+    """Row changes in order, each with its table as the stream described it when it came."""
+
+
+def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | None = None) -> Iterator[Transaction]:
+    """Whole transactions from a stream of messages, in commit order. `relations` carries the tables
+    described so far (by OID) from one call to the next; a RELATION message replaces its entry, so a
+    change is always read with the columns the table had when it was made."""
+    relations = {} if relations is None else relations
+    current: Transaction | None = None
+    for data in messages:
+        message = decode(data)
+        if isinstance(message, Relation):
+            relations[message.oid] = message
+        elif isinstance(message, Begin):
+            if current is not None:
+                raise ProtocolError(f"BEGIN of xid {message.xid} inside xid {current.begin.xid}")
+            current = Transaction(message)
+        elif isinstance(message, Commit):
+            if current is None:
+                raise ProtocolError(f"COMMIT at {message.commit_lsn} without a BEGIN")
+            current.commit = message
+            yield current
+            current = None
+        elif isinstance(message, (Insert, Update, Delete, Truncate)):
+            if current is None:
+                raise ProtocolError(f"a {type(message).__name__} outside a transaction")
+            oids = message.relations if isinstance(message, Truncate) else (message.relation,)
+            for oid in oids:
+                if oid not in relations:
+                    raise ProtocolError(f"a change to relation {oid}, which no RELATION message described")
+                current.changes.append((relations[oid], message))
