@@ -67,3 +67,81 @@ def test_a_slot_gives_whole_transactions_in_commit_order_and_keeps_them_until_ad
         assert [c.name for c in rel2.columns] == ["id", "note", "doc", "added"]  # the new column list came
         assert ins4.new == ("4", "d", None, "44") and trunc == Truncate((rel.oid,), False, False)
         conn.execute("SELECT pg_drop_replication_slot('s')")
+
+
+GOLDEN = [  # column, type, values (one per row; the first row is the edge cases)
+    ("b", "boolean", ["true", "false"]),
+    ("i2", "smallint", ["-32768", "7"]),
+    ("i8", "bigint", ["9223372036854775807", "-1"]),
+    ("f4", "real", ["'NaN'", "1.5"]),
+    ("f8", "double precision", ["'-Infinity'", "0.1"]),
+    ("n", "numeric(12,3)", ["-123456789.125", "0"]),
+    ("wide", "numeric", ["1234567890123456789012345678901234567890.000000000000000000001", "'NaN'"]),
+    ("t", "text", ["'quote '' and, comma {x}'", "''"]),
+    ("c", "char(4)", ["'ab'", "'abcd'"]),
+    ("by", "bytea", ["'\\x00ff10'::bytea", "''::bytea"]),
+    ("d", "date", ["'0001-01-01'", "'9999-12-31'"]),
+    ("ts", "timestamp(6)", ["'2024-02-29 23:59:59.999999'", "'1970-01-01 00:00:00'"]),
+    ("tz", "timestamptz", ["'2024-06-01 12:00:00+05:30'", "'1999-12-31 23:00:00-08'"]),
+    ("tm", "time(3)", ["'23:59:59.123'", "'00:00'"]),
+    ("iv", "interval", ["'1 year 2 mons 3 days 04:05:06.5'", "'-1 day'"]),
+    ("u", "uuid", ["'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "NULL"]),
+    ("j", "jsonb", ["'{\"b\": [1, 2], \"a\": null}'", "'[]'"]),
+    ("e", "mood", ["'happy'", "'sad'"]),
+    ("dm", "positive", ["5", "NULL"]),
+    ("ai", "integer[]", ["'{1,NULL,3}'", "'{}'"]),
+    ("at", "text[]", ["ARRAY['a b', NULL, 'c,\"d']", "NULL"]),
+]
+
+
+def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_stream(pg):
+    from ingest.sources.postgres.schema import set_session, types_of
+
+    with connect(pg) as conn:
+        set_session(conn)
+        conn.execute("CREATE TYPE mood AS ENUM ('sad', 'happy')")
+        conn.execute("CREATE DOMAIN positive AS integer CHECK (VALUE > 0)")
+        conn.execute("CREATE TABLE golden (id int PRIMARY KEY, "
+                     + ", ".join(f"{c} {t}" for c, t, _ in GOLDEN) + ")")
+        conn.execute("CREATE PUBLICATION golden_pub FOR TABLE golden")
+        conn.execute("SELECT pg_create_logical_replication_slot('golden_slot', 'pgoutput')")
+        for row in range(2):
+            conn.execute(f"INSERT INTO golden VALUES ({row}, " + ", ".join(v[row] for _, _, v in GOLDEN) + ")")
+
+        streamed = list(transactions(peek(conn, "golden_slot", "golden_pub")))
+        relation = streamed[0].changes[0][0]
+        types = types_of(conn, [c.type_oid for c in relation.columns])
+        contracts = [types[c.type_oid].contract(c.type_modifier) for c in relation.columns]
+
+        def land(texts):
+            return tuple(None if v is None else (ct.convert(v) if ct.convert else v) for ct, v in zip(contracts, texts))
+
+        from_stream = [land(change.new) for t in streamed for _, change in t.changes]
+        # the snapshot's text: each type's output function, as pgoutput uses (not a ::text cast: 'true' vs 't')
+        result = conn.pgconn.exec_(b"SELECT * FROM golden ORDER BY id")
+        rows = [[None if result.get_value(r, c) is None else result.get_value(r, c).decode()
+                 for c in range(result.nfields)] for r in range(result.ntuples)]
+        from_snapshot = [land(r) for r in rows]
+        conn.execute("SELECT pg_drop_replication_slot('golden_slot')")
+
+    import datetime as dt
+    import math
+    from decimal import Decimal
+
+    assert [ct.spark for ct in contracts] == [
+        "int", "boolean", "smallint", "bigint", "float", "double", "decimal(12,3)", "string", "string", "string",
+        "binary", "date", "timestamp_ntz", "timestamp", "string", "string", "string", "string", "string", "int",
+        "array<int>", "array<string>"]
+    nan_safe = [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in from_stream]
+    assert nan_safe == [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r)
+                        for r in from_snapshot]
+    first = dict(zip([c.name for c in relation.columns], from_stream[0]))
+    assert first["n"] == Decimal("-123456789.125") and first["f8"] == -math.inf
+    assert first["wide"] == "1234567890123456789012345678901234567890.000000000000000000001"
+    assert first["c"] == "ab  " and first["by"] == b"\x00\xff\x10" and first["d"] == dt.date(1, 1, 1)
+    assert first["ts"] == dt.datetime(2024, 2, 29, 23, 59, 59, 999999)
+    assert first["tz"] == dt.datetime(2024, 6, 1, 6, 30, tzinfo=dt.timezone.utc)
+    assert (first["tm"], first["iv"]) == ("23:59:59.123", "P1Y2M3DT4H5M6.5S")
+    assert first["j"] == '{"a": null, "b": [1, 2]}' and first["e"] == "happy" and first["dm"] == 5
+    assert first["ai"] == [1, None, 3] and first["at"] == ["a b", None, 'c,"d']
+    assert dict(zip([c.name for c in relation.columns], from_stream[1]))["wide"] == "NaN"

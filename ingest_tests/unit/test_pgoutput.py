@@ -106,3 +106,30 @@ def test_changes_group_into_transactions_with_the_columns_of_their_time():
     assert third.changes[0][0].name == "t"
     with pytest.raises(ProtocolError, match="no RELATION message described"):
         list(transactions([begin(1, 1), b"I" + struct.pack("!I", 9) + b"N" + tup("1"), commit(1, 2)]))
+
+
+def test_the_type_contract_parses_the_servers_text_forms():
+    import datetime as dt
+    from decimal import Decimal
+
+    from ingest.sources.postgres.types import (
+        ValueOutOfContract, array_items, column_type, numeric_typmod, to_date, to_decimal, to_instant)
+
+    assert numeric_typmod(-1) is None and numeric_typmod((12 << 16 | 3) + 4) == (12, 3)
+    assert column_type("numeric", (40 << 16 | 2) + 4).spark == "string"  # wider than Spark's 38 digits
+    assert column_type("numeric").spark == "string" and column_type("citext").spark == "string"
+    assert to_decimal("-1.50") == Decimal("-1.50")
+    for bad in ("NaN", "Infinity"):
+        with pytest.raises(ValueOutOfContract, match="no decimal value"):
+            to_decimal(bad)
+    for bad in ("infinity", "0044-03-15 BC"):
+        with pytest.raises(ValueOutOfContract, match="outside what Delta's date holds"):
+            to_date(bad)
+    utc = dt.timezone.utc
+    assert to_instant("2024-01-01 00:00:00-08") == dt.datetime(2024, 1, 1, 8, tzinfo=utc)
+    assert to_instant("2024-01-01 00:00:00.5+05:30") == dt.datetime(2023, 12, 31, 18, 30, 0, 500000, tzinfo=utc)
+    assert array_items('{a,"b,c","d\\\\e","f\\"g",NULL,"NULL"}') == ["a", "b,c", "d\\e", 'f"g', None, "NULL"]
+    assert array_items("{}") == [] and array_items("[0:1]={1,2}") == ["1", "2"]
+    with pytest.raises(ValueOutOfContract, match="multi-dimensional"):
+        array_items("{{1,2},{3,4}}")
+    assert column_type("_float8", -1, "float8").convert("{1.5,NaN,-Infinity}")[2] == float("-inf")

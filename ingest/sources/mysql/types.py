@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal
 from typing import Any
 
+from ingest.sources.contract import ColumnType, convert_column  # noqa: F401 (convert_column: re-exported)
 from ingest.sources.mysql.errors import UnsupportedColumnType
 
 SPARK_MAX_DECIMAL_PRECISION = 38
@@ -65,15 +66,6 @@ class MySQLColumn:
     @property
     def unsigned(self) -> bool:
         return "unsigned" in self.column_type.lower()
-
-
-@dataclass(frozen=True)
-class ColumnType:
-    """Where a column lands: its Spark type and how a source value becomes a Delta value."""
-
-    spark: str
-    convert: Callable[[Any], Any] | None
-    """None when the driver's value is already the Delta value (the fast path)."""
 
 
 # DECIMAL(65,30) has more digits than the default context's 28: quantize in a
@@ -301,11 +293,3 @@ def column_type(column: MySQLColumn, table: str = "?") -> ColumnType:
     if kind in _FIXED:
         return _FIXED[kind]
     raise UnsupportedColumnType(table, column.name, column.column_type)
-
-
-def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:
-    """Apply the contract to one column of values (a no-op on the fast path)."""
-    if ctype.convert is None:
-        return values
-    convert = ctype.convert
-    return [None if v is None else convert(v) for v in values]

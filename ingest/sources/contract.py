@@ -1,0 +1,25 @@
+"""What every source's type contract gives for a column (DESIGN principle 5): its Delta type, and how
+a value read from the source becomes the Delta value, the same for the snapshot and the change stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """Where a column lands: its Spark type and how a source value becomes a Delta value."""
+
+    spark: str
+    convert: Callable[[Any], Any] | None
+    """None when the driver's value is already the Delta value (the fast path)."""
+
+
+def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:
+    """Apply the contract to one column of values (a no-op on the fast path)."""
+    if ctype.convert is None:
+        return values
+    convert = ctype.convert
+    return [None if v is None else convert(v) for v in values]
