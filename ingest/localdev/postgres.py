@@ -40,6 +40,8 @@ class PostgresServer(LoopbackServer):
     """The folder holding the data folder; None: a new temporary one."""
     user: str = "postgres"
     password: str = "postgres"
+    settings: dict[str, str] = field(default_factory=dict)
+    """Server settings over the defaults below (e.g. {"wal_level": "replica"})."""
     temporary: bool = field(default=False, repr=False)
     """True when start made `base`: stop removes it."""
 
@@ -58,7 +60,8 @@ class PostgresServer(LoopbackServer):
         return self._as_owner([pg_binary("postgres"), "-D", str(self.datadir), "-p", str(self.port),
                                "-c", f"listen_addresses={self.host}", "-c", f"unix_socket_directories={self.base}",
                                "-c", "wal_level=logical", "-c", "max_replication_slots=10",
-                               "-c", "max_wal_senders=10", "-c", "fsync=off"])
+                               "-c", "max_wal_senders=10", "-c", "fsync=off",
+                               *[a for k, v in self.settings.items() for a in ("-c", f"{k}={v}")]])
 
     def ready(self) -> bool:
         probe = subprocess.run([pg_binary("pg_isready"), "-q", "-h", self.host, "-p", str(self.port)],

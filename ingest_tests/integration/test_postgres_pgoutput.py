@@ -145,3 +145,40 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert first["j"] == '{"a": null, "b": [1, 2]}' and first["e"] == "happy" and first["dm"] == 5
     assert first["ai"] == [1, None, 3] and first["at"] == ["a b", None, 'c,"d']
     assert dict(zip([c.name for c in relation.columns], from_stream[1]))["wide"] == "NaN"
+
+
+def test_preflight_names_each_missing_setting_right_and_table_with_its_fix(pg):
+    import psycopg
+
+    from ingest.localdev.postgres import PostgresServer
+    from ingest.sources.findings import failed
+    from ingest.sources.postgres.preflight import findings, gather
+
+    with connect(pg) as conn:
+        conn.execute("CREATE ROLE reader LOGIN PASSWORD 'r'")
+        conn.execute("CREATE TABLE keyed (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE keyless (v int)")
+        conn.execute("CREATE TABLE unpublished (id int PRIMARY KEY)")
+        conn.execute("GRANT SELECT ON keyed, keyless TO reader")
+        conn.execute("CREATE PUBLICATION shop FOR TABLE keyed, keyless")
+        tables = ["public.keyed", "public.keyless", "public.unpublished", "public.gone"]
+        ok = findings("shop", "shop", *gather(conn, "shop", ["public.keyed"]))
+        assert [f.level for f in ok] == ["ok"], ok
+    with psycopg.connect(host=pg.host, port=pg.port, user="reader", password="r", dbname="postgres") as conn:
+        lines = [f.line() for f in failed(findings("shop", "shop", *gather(conn, "shop", tables)))]
+        missing_pub = [f.line() for f in findings("shop", "nopub", *gather(conn, "nopub", ["public.keyed"]))]
+    assert any("may not use replication slots" in line and "ALTER ROLE" in line for line in lines), lines
+    assert any(line.startswith("FAIL  public.keyless: no primary key") for line in lines), lines
+    assert any("public.unpublished: not in publication 'shop'" in line and "ADD TABLE" in line for line in lines)
+    assert any("public.unpublished: the role may not SELECT" in line for line in lines), lines
+    assert any(line.startswith("FAIL  public.gone: no such table") for line in lines), lines
+    assert not any(line.startswith("FAIL  public.keyed") for line in lines), lines
+    assert any("publication 'nopub' does not exist" in line for line in missing_pub), missing_pub
+
+    replica = PostgresServer(free_port(), settings={"wal_level": "replica"}).start()
+    try:
+        with connect(replica) as conn:
+            assert any("wal_level is 'replica'" in f.message and "ALTER SYSTEM SET wal_level = logical" in f.message
+                       for f in findings("shop", "shop", *gather(conn, "shop", [])))
+    finally:
+        replica.stop()

@@ -9,21 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-OK, WARN, FAIL = "ok", "warn", "FAIL"
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str
-    subject: str
-    """What it is about: `source shop`, `shop.orders`, `shop.orders.location`."""
-    message: str
-
-    def line(self) -> str:
-        return f"{self.level:4}  {self.subject}: {self.message}"
-
+from ingest.sources.findings import FAIL, OK, WARN, Finding, failed  # noqa: F401 (failed: re-exported)
 
 _GRANT = re.compile(r"^GRANT (.+?) ON (\S+) TO ", re.IGNORECASE)
 
@@ -189,7 +176,3 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
             findings.append(Finding(OK, ref, f"{len(schema.columns)} columns, primary key "
                                              f"({', '.join(schema.primary_key)}){note}"))
     return findings
-
-
-def failed(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.level == FAIL]
