@@ -182,3 +182,50 @@ def test_preflight_names_each_missing_setting_right_and_table_with_its_fix(pg):
                        for f in findings("shop", "shop", *gather(conn, "shop", [])))
     finally:
         replica.stop()
+
+
+def test_chunks_read_at_the_slots_snapshot_and_its_stream_give_the_table_as_it_is_now(pg):
+    """The hand-off: rows read at the exported snapshot (position: the consistent point, index 0) and
+    the changes the slot streams (after it) applied in position order equal the table, although
+    writes ran between the slot's creation and the chunk reads, and a transaction was open when the
+    slot was asked for (the server waits for it: it is in the snapshot, not in the stream)."""
+    import threading
+
+    from ingest.changes import ChangeOp
+    from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.schema import types_of
+    from ingest.sources.postgres.slot import exported_snapshot
+    from ingest.sources.postgres.snapshot import read_chunk
+
+    params = dict(host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname="postgres")
+    with connect(pg) as conn, connect(pg) as early, connect(pg) as reader:
+        conn.execute("CREATE TABLE h (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO h SELECT g, 'v' || g FROM generate_series(1, 100) g")
+        conn.execute("CREATE PUBLICATION h_pub FOR TABLE h")
+        early.execute("BEGIN")
+        early.execute("UPDATE h SET v = 'early' WHERE id = 50")
+        committer = threading.Timer(1.0, early.execute, ("COMMIT",))
+        committer.start()
+        with exported_snapshot(params, "h_slot") as start:
+            committer.join()
+            conn.execute("INSERT INTO h VALUES (101, 'new'), (7, 'x') ON CONFLICT (id) DO UPDATE SET v = 'seven'")
+            conn.execute("DELETE FROM h WHERE id BETWEEN 10 AND 19")
+            conn.execute("UPDATE h SET id = 1000 WHERE id = 99")
+            chunks = [read_chunk(reader, start.snapshot, "public.h", ["id", "v"], ["id"], lo, hi)
+                      for lo, hi in ((None, (40,)), ((40,), (80,)), ((80,), None))]
+        snapshot = {int(i): v for c in chunks for i, v in c}
+        assert len(snapshot) == 100 and snapshot[50] == "early" and snapshot[7] == "v7"
+
+        state = {i: (v, start.consistent_point.row_pos()) for i, v in snapshot.items()}
+        types = types_of(conn, [23, 25])
+        records = change_records(transactions(peek(conn, "h_slot", "h_pub")), {"public.h"},
+                                 lambda rel: [types[c.type_oid].contract(c.type_modifier) for c in rel.columns])
+        for r in sorted(records, key=lambda r: r.pos):
+            assert r.pos > start.consistent_point.row_pos()  # everything streamed is newer than the snapshot
+            if r.op == ChangeOp.DELETE:
+                state.pop(r.row["id"], None)
+            else:
+                state[r.row["id"]] = (r.row["v"], r.pos)
+        now = dict(conn.execute("SELECT id, v FROM h").fetchall())
+        assert {k: v for k, (v, _) in state.items()} == now and now[7] == "seven" and now[1000] == "v99"
+        conn.execute("SELECT pg_drop_replication_slot('h_slot')")

@@ -11,6 +11,9 @@ protocol), through a server-side cursor so that no batch is held whole in memory
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from ingest.sources.postgres.positions import Lsn
 
@@ -39,3 +42,46 @@ def advance(conn, slot: str, to: Lsn) -> None:
     """Confirm everything before `to`: the server may recycle that WAL."""
     with conn.cursor() as cur:
         cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, str(to)))
+
+
+@dataclass(frozen=True)
+class SlotStart:
+    """A slot just created, and the snapshot it exported: the database exactly at `consistent_point`."""
+
+    slot: str
+    consistent_point: Lsn
+    snapshot: str
+    """For SET TRANSACTION SNAPSHOT; valid while the connection that created the slot stays open and idle."""
+
+
+@contextmanager
+def exported_snapshot(params: dict[str, Any], slot: str, temporary: bool = False) -> Iterator[SlotStart]:
+    """Create `slot` on a replication connection and hold its exported snapshot open for the block.
+
+    Every chunk read in a transaction that sets this snapshot sees the database as of the slot's
+    consistent point: no transaction the slot will stream is in it, and every one it will not
+    stream is. A temporary slot goes with the connection (a snapshot's resume takes one: its
+    chunks are read at its own point, later than the source's slot's, and tagged with it)."""
+    import psycopg
+
+    conn = psycopg.connect(**params, autocommit=True, replication="database")
+    try:
+        command = (f"CREATE_REPLICATION_SLOT {quote_slot(slot)}{' TEMPORARY' if temporary else ''} "
+                   "LOGICAL pgoutput (SNAPSHOT 'export')")
+        result = conn.pgconn.exec_(command.encode())
+        if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            raise SlotError(f"creating replication slot {slot!r}: {result.error_message.decode().strip()}")
+        yield SlotStart(slot, Lsn.parse(result.get_value(0, 1).decode()), result.get_value(0, 2).decode())
+    finally:
+        conn.close()
+
+
+class SlotError(RuntimeError):
+    """A replication slot that cannot be created or read."""
+
+
+def quote_slot(name: str) -> str:
+    """Slot names are lower-case letters, digits and underscores (the server refuses others)."""
+    if not name or not all(c.islower() or c.isdigit() or c == "_" for c in name) or len(name) > 63:
+        raise ValueError(f"not a replication slot name (a-z, 0-9, _; at most 63): {name!r}")
+    return name

@@ -1,0 +1,65 @@
+"""Snapshot chunks of a PostgreSQL table read at a slot's exported snapshot (I/O).
+
+A chunk is a primary-key range (chunks.py's half-open [lo, hi)), read in its own REPEATABLE READ
+transaction that adopts the exported snapshot, so every chunk, on any executor, sees the table as
+of the slot's consistent point. Values come in text form from each type's output function, as
+pgoutput sends them, so the snapshot and the stream go through one type contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ingest.sources.postgres.schema import set_session
+
+
+def qualified(table: str) -> str:
+    """'schema.table' with each part double-quoted."""
+    schema, _, name = table.partition(".")
+    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple | None, hi: tuple | None
+              ) -> tuple[str, list[Any]]:
+    """The chunk's SELECT (row comparisons, which PostgreSQL turns into index ranges) and its parameters."""
+    keys = "(" + ", ".join(ident(k) for k in key) + ")"
+    marks = "(" + ", ".join(["%s"] * len(key)) + ")"
+    where, params = [], []
+    if lo is not None:
+        where.append(f"{keys} >= {marks}")
+        params += list(lo)
+    if hi is not None:
+        where.append(f"{keys} < {marks}")
+        params += list(hi)
+    sql = (f"SELECT {', '.join(ident(c) for c in columns)} FROM {qualified(table)}"
+           + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {', '.join(ident(k) for k in key)}")
+    return sql, params
+
+
+def read_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Sequence[str],
+               lo: tuple | None, hi: tuple | None) -> list[tuple[str | None, ...]]:
+    """The chunk's rows as the server's text, at `snapshot` (`conn` in autocommit: the chunk's own
+    transaction must begin with the snapshot)."""
+    sql, params = chunk_sql(table, columns, key, lo, hi)
+    set_session(conn)
+    with conn.transaction():
+        with conn.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cur.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(snapshot)}'")
+            # text results: each type's output function, not psycopg's Python values
+            cur.execute(sql, params, binary=False)
+            result = cur.pgresult
+            return [tuple(None if (v := result.get_value(r, c)) is None else v.decode() for c in range(result.nfields))
+                    for r in range(result.ntuples)]
+
+
+def _snapshot_id(snapshot: str) -> str:
+    """An exported snapshot's id ('00000003-0000001B-1'): hex digits and dashes only, safe to inline."""
+    if not snapshot or not all(c in "0123456789ABCDEFabcdef-" for c in snapshot):
+        raise ValueError(f"not an exported snapshot id: {snapshot!r}")
+    return snapshot
