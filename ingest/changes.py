@@ -33,3 +33,41 @@ class ChangeRecord:
     txid: str | None = None
     origin: str | None = None
     """Who made the change, when the source says: `ttl` for DynamoDB's TTL expiry deletes."""
+
+
+class Unchanged:
+    """A value the source did not send because the change left it as it was (PostgreSQL: a TOASTed
+    value an UPDATE did not touch). Silver keeps the value it has; it is never a NULL."""
+
+    _instance: Unchanged | None = None
+
+    def __new__(cls) -> Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = Unchanged()
+
+
+@dataclass(frozen=True)
+class TableChanges:
+    """One table's share of a change batch."""
+
+    records: list[ChangeRecord]
+    columns: list[tuple[str, str]]
+    """Every column the records carry, with its Spark type, in the table's order."""
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """What a change reader produces for one batch: the changes per table it touched, and the
+    batch's positions (committed with the rows) and figures (for the UI only)."""
+
+    key: str
+    tables: dict[str, TableChanges]
+    positions: dict[str, Any]
+    extra: dict[str, Any]

@@ -3,7 +3,9 @@
 Columns: the row image (after the change; for a delete, before it), then
 `_op`, `_pos`, `_ts` (commit time), `_txid` (GTID, or DynamoDB's event id),
 `_batch` (partition key), `_before` (the image before an update, as JSON) and
-`_origin` (`ttl` for DynamoDB's TTL expiry deletes). Columns the source adds
+`_origin` (`ttl` for DynamoDB's TTL expiry deletes), and, only in batches that have one, `_unchanged`:
+the (lake) names of columns a change did not send because it left them as they were (PostgreSQL's
+TOASTed values), which hold NULL in that row and which silver keeps. Columns the source adds
 are added (mergeSchema); columns it drops or renames keep what they held in
 older rows. Silver can be rebuilt from bronze alone.
 """
@@ -18,14 +20,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ingest.changes import ChangeRecord
+from ingest.changes import UNCHANGED, ChangeRecord, SourceBatch
+from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
 from ingest.lake.tables import spark_ident
 from ingest.lake.write import append
 
 META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
             "`_before` string, `_origin` string")
-META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before", "_origin")
+META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before", "_origin", "_unchanged")
+UNCHANGED_COLUMN = "_unchanged"
 
 
 def _json_value(value: Any) -> Any:
@@ -61,9 +65,12 @@ def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[s
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    schema = StructType.fromDDL(", ".join([*(f"{spark_ident(n)} {t}" for n, t in columns), META_DDL]))
+    unchanged = [[lake_name(n) for n, v in r.row.items() if v is UNCHANGED] for r in records]
+    with_unchanged = any(unchanged)
+    schema = StructType.fromDDL(", ".join([*(f"{spark_ident(n)} {t}" for n, t in columns), META_DDL,
+                                           *([f"`{UNCHANGED_COLUMN}` array<string>"] if with_unchanged else [])]))
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    data: list[list[Any]] = [[r.row.get(n) for r in records] for n, _ in columns]
+    data: list[list[Any]] = [[None if (v := r.row.get(n)) is UNCHANGED else v for r in records] for n, _ in columns]
     data += [
         [r.op.value for r in records],
         [Decimal(r.pos) for r in records],
@@ -72,6 +79,7 @@ def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[s
         [batch_key] * len(records),
         [image_json(r.before) for r in records],
         [r.origin for r in records],
+        *([[u or None for u in unchanged]] if with_unchanged else []),
     ]
     arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
     table = pa.Table.from_arrays(arrays, schema=arrow_schema)
@@ -95,6 +103,13 @@ class BronzeWrite:
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         return append_changes(spark, path, self.source, self.table, self.batch_key, self.records, self.columns,
                               self.positions, log) | dict(self.extra)
+
+
+def bronze_writes(source: str, batch: SourceBatch) -> dict[str, BronzeWrite]:
+    """A source's change batch as one bronze append per table it touched."""
+    return {table: BronzeWrite(source, table, batch.key, changes.records, changes.columns, batch.positions,
+                               batch.extra)
+            for table, changes in batch.tables.items()}
 
 
 REPLAY_CHECK_AGE = dt.timedelta(days=7)

@@ -79,11 +79,54 @@ def pos_literal(value: int | str):
 def _bronze_to_silver_rows(changes, cutoff: int):
     from pyspark.sql import functions as F
 
-    from ingest.lake.bronze import META_COLUMNS
+    from ingest.lake.bronze import META_COLUMNS, UNCHANGED_COLUMN
 
     return (changes.where("_op <> 'truncate'")
             .withColumn(DELETED, (F.col("_op") == "delete") | (F.col(POS) < pos_literal(cutoff)))
-            .drop(*[c for c in META_COLUMNS if c != POS]))
+            .drop(*[c for c in META_COLUMNS if c not in (POS, UNCHANGED_COLUMN)]))
+
+
+def keep_unchanged(spark, path: str, rows, keys: Sequence[str]):
+    """Fill the values a change did not send (bronze's `_unchanged`): from the key's newest earlier change
+    in `rows` that sent the column, else from the row silver holds. Without it the merge would write
+    NULL over a value the source still has.
+
+    Exact when batches merge in order, as the sensor runs them. A batch merged before an older one that
+    set the value (a manual backfill out of order) fills from what silver held then, and a key silver does
+    not hold yet keeps NULL there until a later change or snapshot sends the column."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from ingest.lake.bronze import UNCHANGED_COLUMN
+    from ingest.lake.deltalog import is_delta_table
+    from ingest.lake.tables import spark_ident
+
+    named = [r[0] for r in rows.select(F.explode(UNCHANGED_COLUMN)).distinct().collect()]
+    columns = [c for c in named if c in rows.columns]
+    if not columns:
+        return rows.drop(UNCHANGED_COLUMN)
+    skipped = F.coalesce(F.col(UNCHANGED_COLUMN), F.array().cast("array<string>"))
+    earlier = Window.partitionBy(*[F.col(spark_ident(k)) for k in keys]).orderBy(POS).rowsBetween(
+        Window.unboundedPreceding, Window.currentRow)
+    for c in columns:  # the newest value sent so far, as a struct so that a sent NULL counts
+        sent = F.last(F.when(~F.array_contains(skipped, c), F.struct(F.col(spark_ident(c)).alias("v"))),
+                      ignorenulls=True).over(earlier)
+        rows = rows.withColumn(f"_sent_{c}", sent).withColumn(c, F.col(f"_sent_{c}.v"))
+    still = F.filter(F.array(*[F.when(F.col(f"_sent_{c}").isNull(), F.lit(c)) for c in columns]),
+                     lambda x: x.isNotNull())
+    rows = rows.withColumn(UNCHANGED_COLUMN, still).drop(*[f"_sent_{c}" for c in columns])
+    if is_delta_table(path):
+        held = spark.read.format("delta").load(path)
+        present = [c for c in columns if c in held.columns]
+        held = held.select(*[F.col(spark_ident(k)).alias(f"_held_k_{i}") for i, k in enumerate(keys)],
+                           *[F.col(spark_ident(c)).alias(f"_held_{c}") for c in present])
+        on = [F.col(spark_ident(k)).eqNullSafe(F.col(f"_held_k_{i}")) for i, k in enumerate(keys)]
+        rows = rows.join(held, on, "left")
+        for c in present:
+            rows = rows.withColumn(c, F.when(F.array_contains(F.col(UNCHANGED_COLUMN), c),
+                                                          F.col(f"_held_{c}")).otherwise(F.col(spark_ident(c))))
+        rows = rows.drop(*[f"_held_k_{i}" for i in range(len(keys))], *[f"_held_{c}" for c in present])
+    return rows.drop(UNCHANGED_COLUMN)
 
 
 def truncated_before(spark, path: str) -> int:
@@ -117,6 +160,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     """
     from pyspark.sql import functions as F
 
+    from ingest.lake.bronze import UNCHANGED_COLUMN
     from ingest.lake.columns import lake_name
     from ingest.lake.merge import delta_path
 
@@ -130,6 +174,8 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     cutoff = max([truncated_before(spark, path), *truncates])
     meta = {**meta, "truncated_before": cutoff or None}
     rows = _bronze_to_silver_rows(changes, cutoff)
+    if UNCHANGED_COLUMN in rows.columns:
+        rows = keep_unchanged(spark, path, rows, keys)
     if set(keys) <= set(rows.columns) and seen["rows"]:
         outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
     else:  # no change to this table here (bronze may not even have its columns yet)

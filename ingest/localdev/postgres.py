@@ -103,6 +103,13 @@ class PostgresServer(LoopbackServer):
             raise RuntimeError(f"psql on port {self.port}: {run.stderr.strip()}")
         return run.stdout
 
+    def connect(self, database: str = "postgres", **settings):
+        """A psycopg connection in autocommit as the server's superuser."""
+        import psycopg
+
+        return psycopg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                               dbname=database, autocommit=True, **settings)
+
     def create_database(self, name: str) -> str:
         self.psql(f'CREATE DATABASE "{name}"')
         return name

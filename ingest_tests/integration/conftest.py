@@ -54,3 +54,16 @@ def snapshot(spark, params, table, path, **kw):
     settings = {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4, **kw}
     return run_snapshot(spark, params, describe(params, table), path, source="test", log=lambda m: None,
                         **settings)
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """A PostgreSQL 15 server with wal_level=logical, per module."""
+    from ingest.localdev.postgres import PostgresServer
+    from ingest_tests.conftest import free_port
+
+    server = PostgresServer(free_port()).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -2,33 +2,13 @@
 
 import secrets
 
-import pytest
-
 from ingest.sources.postgres.pgoutput import UNCHANGED, Delete, Insert, Truncate, Update, transactions
 from ingest.sources.postgres.slot import advance, current_lsn, peek
 from ingest_tests.conftest import free_port
 
 
-@pytest.fixture(scope="module")
-def pg():
-    from ingest.localdev.postgres import PostgresServer
-
-    server = PostgresServer(free_port()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def connect(server):
-    import psycopg
-
-    return psycopg.connect(host=server.host, port=server.port, user=server.user, password=server.password,
-                           dbname="postgres", autocommit=True)
-
-
 def test_a_slot_gives_whole_transactions_in_commit_order_and_keeps_them_until_advanced(pg):
-    with connect(pg) as conn:
+    with pg.connect() as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, note text, doc text)")
         conn.execute("CREATE PUBLICATION pub FOR TABLE t")
         conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
@@ -97,7 +77,7 @@ GOLDEN = [  # column, type, values (one per row; the first row is the edge cases
 def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_stream(pg):
     from ingest.sources.postgres.schema import set_session, types_of
 
-    with connect(pg) as conn:
+    with pg.connect() as conn:
         set_session(conn)
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'happy')")
         conn.execute("CREATE DOMAIN positive AS integer CHECK (VALUE > 0)")
@@ -154,7 +134,7 @@ def test_preflight_names_each_missing_setting_right_and_table_with_its_fix(pg):
     from ingest.sources.findings import failed
     from ingest.sources.postgres.preflight import findings, gather
 
-    with connect(pg) as conn:
+    with pg.connect() as conn:
         conn.execute("CREATE ROLE reader LOGIN PASSWORD 'r'")
         conn.execute("CREATE TABLE keyed (id int PRIMARY KEY)")
         conn.execute("CREATE TABLE keyless (v int)")
@@ -177,7 +157,7 @@ def test_preflight_names_each_missing_setting_right_and_table_with_its_fix(pg):
 
     replica = PostgresServer(free_port(), settings={"wal_level": "replica"}).start()
     try:
-        with connect(replica) as conn:
+        with replica.connect() as conn:
             assert any("wal_level is 'replica'" in f.message and "ALTER SYSTEM SET wal_level = logical" in f.message
                        for f in findings("shop", "shop", *gather(conn, "shop", [])))
     finally:
@@ -198,7 +178,7 @@ def test_chunks_read_at_the_slots_snapshot_and_its_stream_give_the_table_as_it_i
     from ingest.sources.postgres.snapshot import read_chunk
 
     params = dict(host=pg.host, port=pg.port, user=pg.user, password=pg.password, dbname="postgres")
-    with connect(pg) as conn, connect(pg) as early, connect(pg) as reader:
+    with pg.connect() as conn, pg.connect() as early, pg.connect() as reader:
         conn.execute("CREATE TABLE h (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO h SELECT g, 'v' || g FROM generate_series(1, 100) g")
         conn.execute("CREATE PUBLICATION h_pub FOR TABLE h")

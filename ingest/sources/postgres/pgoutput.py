@@ -16,26 +16,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.changes import UNCHANGED
 from ingest.sources.postgres.positions import Lsn
 
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
-
-
-class Unchanged:
-    """A TOASTed value an UPDATE left as it was and did not send."""
-
-    _instance: Unchanged | None = None
-
-    def __new__(cls) -> Unchanged:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-
-UNCHANGED = Unchanged()
 
 
 class ProtocolError(ValueError):

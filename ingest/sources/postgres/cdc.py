@@ -1,0 +1,145 @@
+"""Change batches of a PostgreSQL source: planned from the slot and the WAL head, read by peeking the slot.
+
+A batch is the transactions that commit in [start, end) (LsnRange). The sensor plans it from the
+last logged end to the WAL head; the run peeks the slot up to `end`, which returns whole
+transactions, and leaves out any the slot still holds from before `start` (the slot is advanced only
+after the batch log commit, so a crash in between makes the next peek begin earlier). Nothing here
+advances the slot: `confirm` does, once the lake holds the batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from ingest.changes import SourceBatch, TableChanges
+from ingest.sources.contract import ColumnType
+from ingest.sources.postgres.changes import change_records, table_name
+from ingest.sources.postgres.pgoutput import Relation, transactions
+from ingest.sources.postgres.positions import Lsn, LsnRange
+from ingest.sources.postgres.schema import types_of
+from ingest.sources.postgres.slot import advance, peek
+
+
+class SlotLost(RuntimeError):
+    """The source's slot is gone, invalidated, or past changes the lake lacks: only a new snapshot helps."""
+
+
+@dataclass(frozen=True)
+class SlotState:
+    slot: str
+    confirmed: Lsn
+    """Where the next peek begins: everything committed before it was released."""
+    head: Lsn
+    """The WAL's write position now: every transaction committed so far commits before it."""
+    retained_bytes: int
+    """WAL the server keeps for the slot."""
+    safe_wal_bytes: int | None
+    """WAL that may still be written before `max_slot_wal_keep_size` invalidates the slot (None: no limit)."""
+
+
+_SLOT_SQL = """
+SELECT confirmed_flush_lsn::text, wal_status, plugin,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, safe_wal_size, pg_current_wal_lsn()::text
+FROM pg_replication_slots WHERE slot_name = %s AND database = current_database()
+"""
+
+
+def slot_state(conn, source: str, slot: str) -> SlotState:
+    """The slot's positions and headroom; SlotLost when it cannot give the changes the lake needs."""
+    with conn.cursor() as cur:
+        cur.execute(_SLOT_SQL, (slot,))
+        row = cur.fetchone()
+    fix = (f"Fix: re-snapshot the tables of source {source} (materialize their snapshot assets): the "
+           "snapshot creates the slot again and change batches start from it")
+    if row is None:
+        raise SlotLost(f"source {source}: replication slot {slot!r} does not exist in this database (dropped, or "
+                       f"never created). {fix}")
+    confirmed, wal_status, plugin, retained, safe, head = row
+    if wal_status == "lost" or confirmed is None:
+        raise SlotLost(f"source {source}: replication slot {slot!r} was invalidated (wal_status {wal_status}): the "
+                       "server removed WAL it still needed, because it passed max_slot_wal_keep_size. "
+                       f"{fix}; raise max_slot_wal_keep_size or run batches more often so it does not recur")
+    if plugin != "pgoutput":
+        raise SlotLost(f"source {source}: replication slot {slot!r} uses plugin {plugin!r}, not pgoutput. Fix: drop "
+                       f"it (SELECT pg_drop_replication_slot('{slot}')) and re-snapshot the source's tables")
+    return SlotState(slot, Lsn.parse(confirmed), Lsn.parse(head), int(retained or 0),
+                     None if safe is None else int(safe))
+
+
+def plan_next_batch(last_end: Lsn | None, first_start: Lsn | None, head: Lsn) -> LsnRange | None:
+    """The next batch: from the last logged end (or, before the first, the snapshots' start) to the
+    WAL head; None when nothing can have committed since (pure)."""
+    start = last_end or first_start
+    if start is None or head <= start:
+        return None
+    return LsnRange(start, head)
+
+
+def check_readable(source: str, state: SlotState, batch: LsnRange) -> None:
+    """A slot confirmed past the batch's start has released changes of it: reading it would lose them."""
+    if state.confirmed > batch.start:
+        raise SlotLost(
+            f"source {source}: batch {batch.key} starts at {batch.start}, but replication slot {state.slot!r} has "
+            f"released everything before {state.confirmed}: the changes in between are no longer on the server. "
+            "A batch the batch log holds is rebuilt from bronze (materialize only its silver); otherwise "
+            "re-snapshot the source's tables")
+
+
+def read_change_batch(conn, source: str, slot: str, publication: str, batch: LsnRange,
+                      tables: Collection[str]) -> SourceBatch:
+    """The changes to `tables` (schema.table) committed in the batch's range, read without consuming."""
+    state = slot_state(conn, source, slot)
+    check_readable(source, state, batch)
+    contracts = _Contracts(conn)
+    relations: dict[int, Relation] = {}
+    per_table: dict[str, TableChanges] = {}
+    columns: dict[str, dict[str, str]] = {}
+    """Per table every column its changes carried, first seen first: a column dropped mid-batch keeps the
+    values of the changes made before the drop."""
+    wanted = set(tables)
+    txns = 0
+    newest: dt.datetime | None = None
+    for txn in transactions(peek(conn, slot, publication, batch.end), relations):
+        if not batch.start <= txn.begin.final_lsn < batch.end:
+            continue  # committed before the start: an earlier batch's, still in the slot
+        txns += 1
+        newest = txn.begin.commit_time
+        for record in change_records([txn], wanted, contracts):
+            per_table.setdefault(record.table, TableChanges([], [])).records.append(record)
+        for relation in dict.fromkeys(rel for rel, _ in txn.changes):
+            if (name := table_name(relation)) in wanted:
+                seen = columns.setdefault(name, {})
+                seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
+    for name, changes in per_table.items():
+        changes.columns.extend(columns.get(name, {}).items())
+    positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": txns}
+    lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
+    extra = {"lag_seconds": round(lag, 3), "slot": slot, "retained_wal_bytes": state.retained_bytes,
+             **({} if state.safe_wal_bytes is None else {"safe_wal_bytes": state.safe_wal_bytes})}
+    return SourceBatch(batch.key, per_table, positions, extra)
+
+
+def confirm(conn, source: str, slot: str, end: Lsn) -> None:
+    """Let the server release WAL before `end`: call only once the lake's batch log holds every batch
+    that ends there. Advancing to where the slot already is, or behind it, does nothing."""
+    state = slot_state(conn, source, slot)
+    if end > state.confirmed:
+        advance(conn, slot, end)
+
+
+class _Contracts:
+    """A relation's column types, looked up once per relation and shape."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.known: dict[tuple, list[ColumnType]] = {}
+
+    def __call__(self, relation: Relation) -> list[ColumnType]:
+        shape = (relation.oid, relation.columns)
+        if shape not in self.known:
+            types = types_of(self.conn, [c.type_oid for c in relation.columns])
+            self.known[shape] = [types[c.type_oid].contract(c.type_modifier) for c in relation.columns]
+        return self.known[shape]
+

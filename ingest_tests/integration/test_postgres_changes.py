@@ -1,0 +1,113 @@
+"""PostgreSQL change batches from a real PostgreSQL 15 slot into real Delta bronze and silver tables:
+whole transactions per batch, the slot confirmed only when asked, TOASTed values an UPDATE did not
+send kept in silver, columns added and dropped, and a slot that is gone or invalidated named."""
+
+import secrets
+
+import pytest
+
+from ingest.changes import UNCHANGED
+from ingest.lake.bronze import bronze_writes
+from ingest.lake.merge import live_rows
+from ingest.lake.silver import merge_bronze
+from ingest.sources.postgres.cdc import SlotLost, confirm, plan_next_batch, read_change_batch, slot_state
+from ingest_tests.conftest import free_port
+
+TABLE = "public.docs"
+
+
+def land(spark, conn, tmp_path, batch_range):
+    """One batch through the lake's path: bronze append per table, then the ordered merge into silver."""
+    from pyspark.sql import functions as F
+
+    batch = read_change_batch(conn, "shop", "docs_slot", "docs_pub", batch_range, [TABLE])
+    for table, write in bronze_writes("shop", batch).items():
+        write.apply(spark, str(tmp_path / "bronze"), print)
+        changes = spark.read.format("delta").load(str(tmp_path / "bronze")).where(F.col("_batch") == batch.key)
+        merge_bronze(spark, str(tmp_path / "silver"), changes, ["id"], {"kind": "silver", "batch": batch.key},
+                     f"silver:{batch.key}")
+    return batch
+
+
+def silver(spark, tmp_path):
+    return {r["id"]: r.asDict() for r in live_rows(spark.read.format("delta").load(str(tmp_path / "silver")))
+            .drop("_pos").collect()}
+
+
+def source(conn):
+    with conn.cursor() as cur:
+        cur.execute("SELECT * FROM docs ORDER BY id")
+        names = [d.name for d in cur.description]
+        return {r[0]: dict(zip(names, r)) for r in cur.fetchall()}
+
+
+def test_batches_land_whole_transactions_keep_unsent_toast_values_and_follow_columns(pg, spark, tmp_path):
+    big, big2 = secrets.token_hex(20_000), secrets.token_hex(20_000)  # too random to compress: TOASTed
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE docs (id int PRIMARY KEY, note text, doc text)")
+        conn.execute("CREATE PUBLICATION docs_pub FOR TABLE docs")
+        conn.execute("SELECT pg_create_logical_replication_slot('docs_slot', 'pgoutput')")
+        start = slot_state(conn, "shop", "docs_slot").confirmed
+        conn.execute("INSERT INTO docs VALUES (1, 'a', %s), (2, 'b', 'small')", (big,))
+
+        first = plan_next_batch(None, start, slot_state(conn, "shop", "docs_slot").head)
+        batch = land(spark, conn, tmp_path, first)
+        assert batch.positions["transactions"] == 1 and silver(spark, tmp_path) == source(conn)
+        assert slot_state(conn, "shop", "docs_slot").confirmed == start  # reading consumed nothing
+
+        conn.execute("UPDATE docs SET note = 'a2' WHERE id = 1")  # doc not sent: TOASTed and unchanged
+        with conn.transaction():  # a new row's TOASTed value, then an update that does not send it, in one batch
+            conn.execute("INSERT INTO docs VALUES (3, 'c', %s)", (big2,))
+            conn.execute("UPDATE docs SET note = 'c2' WHERE id = 3")
+        conn.execute("UPDATE docs SET doc = NULL WHERE id = 2")  # a NULL sent is a NULL kept
+        second = plan_next_batch(first.end, None, slot_state(conn, "shop", "docs_slot").head)
+        batch = land(spark, conn, tmp_path, second)
+        unsent = [r.row["id"] for t in batch.tables.values() for r in t.records if r.row.get("doc") is UNCHANGED]
+        assert unsent == [1, 3]  # the updates of 1 and 3 did not send doc: the lake filled it
+        assert batch.positions["transactions"] == 3 and silver(spark, tmp_path) == source(conn)
+        assert silver(spark, tmp_path)[1]["doc"] == big and silver(spark, tmp_path)[3]["doc"] == big2
+
+        # the first batch's transactions are still in the slot (not confirmed): the read leaves them out
+        assert read_change_batch(conn, "shop", "docs_slot", "docs_pub", second, [TABLE]).positions == batch.positions
+        confirm(conn, "shop", "docs_slot", second.end)
+        assert slot_state(conn, "shop", "docs_slot").confirmed == second.end
+        with pytest.raises(SlotLost, match=r"docs_slot.*released everything before"):
+            read_change_batch(conn, "shop", "docs_slot", "docs_pub", first, [TABLE])
+
+        conn.execute("ALTER TABLE docs ADD COLUMN rating int")
+        conn.execute("UPDATE docs SET rating = 5 WHERE id = 2")
+        conn.execute("UPDATE docs SET note = 'b3' WHERE id = 2")
+        conn.execute("ALTER TABLE docs DROP COLUMN note")
+        conn.execute("INSERT INTO docs VALUES (4, NULL, 4)")
+        third = plan_next_batch(second.end, None, slot_state(conn, "shop", "docs_slot").head)
+        land(spark, conn, tmp_path, third)
+        lake = silver(spark, tmp_path)
+        assert {k: {c: v for c, v in row.items() if c != "note"} for k, row in lake.items()} == source(conn)
+        assert lake[2]["rating"] == 5 and lake[2]["note"] == "b3"  # a dropped column keeps its last values
+        bronze = spark.read.format("delta").load(str(tmp_path / "bronze"))
+        assert {"note", "rating", "_unchanged"} <= set(bronze.columns)
+        assert plan_next_batch(third.end, None, third.end) is None
+
+
+def test_a_dropped_or_invalidated_slot_stops_the_batch_naming_the_slot_and_the_fix(pg):
+    from ingest.localdev.postgres import PostgresServer
+    from ingest.sources.postgres.positions import Lsn, LsnRange
+
+    with pg.connect() as conn:
+        with pytest.raises(SlotLost, match=r"'gone_slot' does not exist.*Fix: re-snapshot"):
+            read_change_batch(conn, "shop", "gone_slot", "docs_pub", LsnRange(Lsn(1), Lsn(2)), [TABLE])
+
+    tight = PostgresServer(free_port(), settings={"max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB",
+                                                  "min_wal_size": "32MB"}).start()
+    try:
+        with tight.connect() as conn:
+            conn.execute("SELECT pg_create_logical_replication_slot('tight_slot', 'pgoutput')")
+            conn.execute("CREATE TABLE filler (v text)")
+            for _ in range(4):  # WAL past the slot's limit, segment by segment, then a checkpoint drops it
+                conn.execute("SELECT pg_switch_wal()")
+                conn.execute("INSERT INTO filler SELECT repeat('x', 1000) FROM generate_series(1, 20000)")
+            conn.execute("CHECKPOINT")
+            with pytest.raises(SlotLost, match=r"'tight_slot' was invalidated.*max_slot_wal_keep_size"):
+                slot_state(conn, "shop", "tight_slot")
+    finally:
+        tight.stop()
