@@ -24,7 +24,7 @@ class UsageError(Exception):
 
 def select_tables(config, source: str | None, table: str | None) -> list[tuple[str, object, str]]:
     """(source name, source, table) for the selection; unknown names raise UsageError naming what exists."""
-    from ingest.config import DynamoDBSource
+    from ingest.config import DynamoDBSource, PostgresSource
     from ingest.defs.factory import resolve_tables
 
     if source is not None and source not in config.sources:
@@ -33,7 +33,8 @@ def select_tables(config, source: str | None, table: str | None) -> list[tuple[s
     for name, src in config.sources.items():
         if source is not None and name != source:
             continue
-        tables = list(src.tables) if isinstance(src, DynamoDBSource) else resolve_tables(name, src, config)
+        tables = (list(src.tables) if isinstance(src, DynamoDBSource) else src.tables.static_tables()
+                  if isinstance(src, PostgresSource) else resolve_tables(name, src, config))
         if table is not None:
             if table not in tables:
                 raise UsageError(f"unknown table {table!r} in source {name}; it has: {', '.join(tables)}")
@@ -138,23 +139,24 @@ def resnapshot(args) -> int:
 
 
 def status(args) -> int:
-    from ingest.config import DynamoDBSource, load_config
+    from ingest.config import DynamoDBSource, MySQLSource, load_config
     from ingest.lake.storage import spark_lake_root
     from ingest.status import format_table, source_position, table_status
 
     # the Delta logs are read as files (local or S3, see lake/deltalog.py): no Spark, an answer in seconds
     selected = select_tables(load_config(args.sources), args.source, args.table)
     lake = spark_lake_root(args.lake)
-    states = {name: ("n/a (DynamoDB)" if isinstance(src, DynamoDBSource) else source_position(src))
+    states = {name: (source_position(src) if isinstance(src, MySQLSource) else
+                     f"n/a ({'DynamoDB' if isinstance(src, DynamoDBSource) else 'PostgreSQL'})")
               for name, src, _ in selected}
-    rows = [table_status(lake, name, t, states[name], binlog=not isinstance(src, DynamoDBSource))
+    rows = [table_status(lake, name, t, states[name], binlog=isinstance(src, MySQLSource))
             for name, src, t in selected]
     print(format_table(rows))
     return 0
 
 
 def check(args) -> int:
-    from ingest.config import DynamoDBSource, load_config
+    from ingest.config import DynamoDBSource, PostgresSource, load_config
     from ingest.defs.factory import resolve_tables
     from ingest.sources.mysql.preflight import check_source, failed
 
@@ -168,7 +170,12 @@ def check(args) -> int:
         if isinstance(source, DynamoDBSource):
             print(f"skip  source {name}: DynamoDB sources are checked when their assets run")
             continue
-        findings = check_source(name, source, resolve_tables(name, source, config))
+        if isinstance(source, PostgresSource):
+            from ingest.defs.postgres import check_postgres
+
+            findings = check_postgres(name, source)
+        else:
+            findings = check_source(name, source, resolve_tables(name, source, config))
         print("\n".join(f.line() for f in findings))
         problems += len(failed(findings))
     print(f"{problems} problem(s)" if problems else "all checks passed")

@@ -2,7 +2,8 @@
 # No `from __future__ import annotations` here: Dagster inspects the context annotation at definition time.
 
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from dagster import (
@@ -11,9 +12,10 @@ from dagster import (
     SensorDefinition, asset, asset_check, multi_asset,
 )
 
-from ingest.config import ConfigError, DynamoDBSource, MySQLSource, SourcesConfig
+from ingest.config import ConfigError, DynamoDBSource, MySQLSource, PostgresSource, SourcesConfig
 from ingest.defs.batches import record_worker
 from ingest.lake.batchlog import BatchLogWrite
+from ingest.lake.bronze import ChangeBatch
 from ingest.lake.commits import last_commit
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.history import HistoryFromBatch, snapshot_in_history
@@ -122,64 +124,27 @@ def batches_partitions(name: str) -> DynamicPartitionsDefinition:
     return DynamicPartitionsDefinition(name=f"{name}_batches")
 
 
+@dataclass(frozen=True)
+class BatchAssetText:
+    """How one source kind's change-batch assets describe themselves in the UI."""
+
+    kind: str
+    """The source's kind tag ("mysql", "postgres")."""
+    what: Callable[[str], str]
+    """A table as the source names it, for descriptions: "`db.table`"."""
+    bronze: str
+    """What a bronze row holds, after "one append per batch that changed it, "."""
+    step: str
+    """The batch step's description."""
+
+
 def batch_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
                 partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
-    """One step per change batch: read the binlog once, append bronze and merge silver for the tables
-    the batch changed (and only those), then record the batch in the source's batch log. A table
-    without changes gets no commit and no step: a batch costs what its changes cost, not the number
-    of tables (a silver step that merges nothing took 8-18 s per table)."""
-    log_key = AssetKey([name, SOURCE_BATCH_LOG])
-    bronze_out = {t: f"{asset_part(t)}__changes" for t in tables}
-    silver_out = {t: asset_part(t) for t in tables}
-    history_out = {t: f"{asset_part(t)}__history" for t in tables if source.keeps_history(t)}
-    outs = {"batch_log": AssetOut(
-        key=log_key, io_manager_key="lake", kinds={"delta"}, is_required=False,
-        description="Batch log: one row per complete change batch (its range, the tables it changed and their "
-                    "change counts), committed last. The sensor starts the next batch where the newest ended, and "
-                    "runs a batch that is not logged again before any later one.",
-        metadata={"lake/layer": "batch_log", "source": name})}
-    for t in tables:
-        outs[bronze_out[t]] = AssetOut(
-            key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={"mysql", "delta"}, is_required=False,
-            description=f"Change log (bronze) of `{source.database}.{t}`: one append per batch that changed it, "
-                        "with op, `_pos`, commit time, GTID and the before image of updates.",
-            metadata={"lake/layer": "bronze", "source": name, "table": t, **excluded_metadata(source, t)})
-        outs[silver_out[t]] = AssetOut(
-            key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
-            description=(f"Current state of `{source.database}.{t}`: the latest snapshot, then each change batch "
-                         "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
-                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
-            metadata={"lake/layer": "silver", "source": name, "table": t, **excluded_metadata(source, t)})
-        if t in history_out:
-            outs[history_out[t]] = history_out_def(name, t, f"`{source.database}.{t}`", excluded_metadata(source, t))
-
-    @multi_asset(
-        name=f"{name}_batch",
-        outs=outs,
-        partitions_def=partitions,
-        backfill_policy=BackfillPolicy.single_run(),
-        can_subset=True,
-        deps=[table_key(name, t, "snapshot") for t in tables],
-        internal_asset_deps={
-            **{bronze_out[t]: set() for t in tables},
-            **{silver_out[t]: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t in tables},
-            **{out: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t, out in history_out.items()},
-            "batch_log": {*(table_key(name, t) for t in tables), *(table_key(name, t, HISTORY) for t in history_out)},
-        },
-        required_resource_keys={"lake"},
-        group_name=name,
-        description=f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables of "
-                    f"source {name}, appends bronze and merges silver for the tables it changed, and records the "
-                    "batch in the batch log; the partition key is the binlog range [start, end).",
-    )
-    def _batch(context: AssetExecutionContext):
-        record_worker(context)
-        lake = context.resources.lake
-        selected = context.op_execution_context.selected_output_names
+    """MySQL's change batch: the binlog read once per batch for all tables of the source."""
+    def read(context: AssetExecutionContext, batch: str) -> ChangeBatch:
         params = connection_params(source)
-        reads = any(bronze_out[t] in selected for t in tables)
 
-        def read(batch: str):
+        def once():
             skipped: dict[str, str] = {}
             captured = {}
             with params.connect() as conn:
@@ -202,6 +167,73 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                                      previous_server_id=last_server_id(context.instance, name, tables),
                                      skipped=skipped)
 
+        return retry_batch_read(once, name, batch, params)
+
+    text = BatchAssetText(
+        "mysql", lambda t: f"`{source.database}.{t}`", "with op, `_pos`, commit time, GTID and the before image of "
+        "updates.",
+        f"Reads the binlog of {source.host}:{source.port} once per change batch for all tables of source {name}, "
+        "appends bronze and merges silver for the tables it changed, and records the batch in the batch log; the "
+        "partition key is the binlog range [start, end).")
+    return change_batch_asset(name, tables, source.keeps_history, lambda t: excluded_metadata(source, t), partitions,
+                              read, text, lambda writes: {"server_id": writes.positions["server_id"]})
+
+
+def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[str], bool],
+                       table_metadata: Callable[[str], dict], partitions: DynamicPartitionsDefinition,
+                       read: Callable[[AssetExecutionContext, str], ChangeBatch], text: BatchAssetText,
+                       log_extra: Callable[[ChangeBatch], dict]) -> AssetsDefinition:
+    """One step per change batch, for any source kind: `read` the source once, append bronze and merge
+    silver for the tables the batch changed (and only those), then record the batch in the source's
+    batch log. A table without changes gets no commit and no step: a batch costs what its changes cost,
+    not the number of tables (a silver step that merges nothing took 8-18 s per table)."""
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    bronze_out = {t: f"{asset_part(t)}__changes" for t in tables}
+    silver_out = {t: asset_part(t) for t in tables}
+    history_out = {t: f"{asset_part(t)}__history" for t in tables if keeps_history(t)}
+    outs = {"batch_log": AssetOut(
+        key=log_key, io_manager_key="lake", kinds={"delta"}, is_required=False,
+        description="Batch log: one row per complete change batch (its range, the tables it changed and their "
+                    "change counts), committed last. The sensor starts the next batch where the newest ended, and "
+                    "runs a batch that is not logged again before any later one.",
+        metadata={"lake/layer": "batch_log", "source": name})}
+    for t in tables:
+        outs[bronze_out[t]] = AssetOut(
+            key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={text.kind, "delta"}, is_required=False,
+            description=f"Change log (bronze) of {text.what(t)}: one append per batch that changed it, {text.bronze}",
+            metadata={"lake/layer": "bronze", "source": name, "table": t, **table_metadata(t)})
+        outs[silver_out[t]] = AssetOut(
+            key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
+            description=(f"Current state of {text.what(t)}: the latest snapshot, then each change batch "
+                         "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
+                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
+            metadata={"lake/layer": "silver", "source": name, "table": t, **table_metadata(t)})
+        if t in history_out:
+            outs[history_out[t]] = history_out_def(name, t, text.what(t), table_metadata(t))
+
+    @multi_asset(
+        name=f"{name}_batch",
+        outs=outs,
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        can_subset=True,
+        deps=[table_key(name, t, "snapshot") for t in tables],
+        internal_asset_deps={
+            **{bronze_out[t]: set() for t in tables},
+            **{silver_out[t]: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t in tables},
+            **{out: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t, out in history_out.items()},
+            "batch_log": {*(table_key(name, t) for t in tables), *(table_key(name, t, HISTORY) for t in history_out)},
+        },
+        required_resource_keys={"lake"},
+        group_name=name,
+        description=text.step,
+    )
+    def _batch(context: AssetExecutionContext):
+        record_worker(context)
+        lake = context.resources.lake
+        selected = context.op_execution_context.selected_output_names
+        reads = any(bronze_out[t] in selected for t in tables)
+
         # a backfill asks for every selected table: the ones a batch did not change are reported unchanged
         report_unchanged = "dagster/backfill" in context.run.tags
 
@@ -209,7 +241,7 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
             """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log."""
             skipped = {}
             if reads:
-                writes = retry_batch_read(lambda: read(batch), name, batch, params)
+                writes = read(context, batch)
                 changed = {t: w for t, w in writes.items() if w.records}
                 skipped = writes.skipped
                 for t, reason in skipped.items():
@@ -246,11 +278,9 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                 elif report_unchanged:
                     yield out, table_key(name, t, HISTORY), Unchanged(batch)
             if reads and "batch_log" in selected:
-                first = next(iter(writes.values()))
                 yield "batch_log", log_key, BatchLogWrite(
-                    name, None, batch, first.positions["start"], first.positions["end"],
-                    {t: len(w.records) for t, w in changed.items()}, extra={"server_id": first.positions["server_id"]},
-                    skipped=skipped)
+                    name, None, batch, writes.positions["start"], writes.positions["end"],
+                    {t: len(w.records) for t, w in changed.items()}, extra=log_extra(writes), skipped=skipped)
 
         # A partition range (one run under the single-run backfill policy) commits each batch before
         # reading the next, so memory holds one batch; the last one goes out through the outputs.
@@ -430,6 +460,12 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
     lake_root = lake_root or default_lake_root()
     out = []
     for name, source in config.sources.items():
+        if isinstance(source, PostgresSource):
+            from ingest.defs.postgres import build_postgres_defs
+
+            assets, sensor, log_checks = build_postgres_defs(name, source, lake_root)
+            out.append(SourceDefs(assets, sensor, log_checks))
+            continue
         if isinstance(source, DynamoDBSource):
             assets, sensor, log_checks = build_dynamodb_defs(name, source, lake_root)
             out.append(SourceDefs(assets, sensor,

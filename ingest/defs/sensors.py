@@ -29,12 +29,13 @@ SNAPSHOT_TAG = "ingest/snapshot"
 ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def snapshot_log_start(instance, key: AssetKey) -> BinlogPosition | None:
-    """The change-log start recorded by a table's latest snapshot materialization."""
+def snapshot_log_start(instance, key: AssetKey, parse=BinlogPosition.from_metadata):
+    """The change-log start recorded by a table's latest snapshot materialization (`parse`d: a binlog
+    position by default)."""
     from ingest.defs.factory import latest_metadata
 
     recorded = latest_metadata(instance, key).get("log_start")
-    return BinlogPosition.from_metadata(recorded.value) if recorded is not None else None
+    return parse(recorded.value) if recorded is not None else None
 
 
 def committed_end(log_path: str) -> BinlogPosition | None:
@@ -51,8 +52,9 @@ class Logged(NamedTuple):
     """Per table left out of a batch, the end of the newest such batch."""
 
 
-def logged(log_path: str) -> Logged:
-    """What the source's batch log holds (its newest entries).
+def logged(log_path: str, parse=BinlogPosition.from_metadata) -> Logged:
+    """What the source's batch log holds (its newest entries), positions `parse`d (binlog positions by
+    default).
 
     Read from the Delta log, never from the partitions Dagster holds: a partition whose run
     failed was created, but its changes may not be in silver."""
@@ -62,9 +64,9 @@ def logged(log_path: str) -> Logged:
     skipped_until: dict[str, BinlogPosition] = {}
     for e in entries:
         for table in e.skipped:
-            end = BinlogPosition.from_metadata(e.end)
+            end = parse(e.end)
             skipped_until[table] = max(end, skipped_until.get(table, end))
-    return Logged(max((BinlogPosition.from_metadata(e.end) for e in entries), default=None),
+    return Logged(max((parse(e.end) for e in entries), default=None),
                   {e.batch for e in entries}, skipped_until)
 
 
@@ -100,6 +102,34 @@ def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dic
     return running, failures
 
 
+def batch_running(context: SensorEvaluationContext, name: str, tags: dict[str, str]) -> SkipReason | None:
+    """A skip while a batch run of the source is going (after failing the runs whose worker is gone)."""
+    for message in fail_dead_runs(context.instance, tags):
+        context.log.warning(message)
+    active = context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
+    if active:
+        return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
+                          "the next batch will cover everything since its end")
+    return None
+
+
+def run_incomplete(context: SensorEvaluationContext, name: str, batch: str, settings, tags: dict[str, str],
+                   batch_assets: list[AssetKey], log_key: AssetKey) -> SensorResult:
+    """A batch created and not logged as complete (its run failed, was canceled, or never ran) runs
+    again, with backoff, before anything later; after `settings.max_batch_attempts` the source stops and
+    says so. Skipping it would lose its changes in silver."""
+    decision = incomplete_batch(context.instance, tags, name, batch, settings,
+                                f"ingest backfill {name} --partitions {batch} --wait")
+    if decision.action == Action.RUN:
+        context.log.info(decision.message)
+        return SensorResult(run_requests=[batch_request(context.instance, batch, "", tags, batch_assets,
+                                                        [check_key(log_key)], decision.attempt,
+                                                        settings.max_run_seconds)])
+    events = give_up_events(context.instance, decision, tags, batch, log_key) if decision.action == Action.GIVE_UP \
+        else []
+    return SensorResult(skip_reason=SkipReason(decision.message), asset_events=events)
+
+
 def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                   partitions: DynamicPartitionsDefinition, lake_root: str) -> SensorDefinition:
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
@@ -108,7 +138,6 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                     *[table_key(name, t, HISTORY) for t in tables if source.keeps_history(t)], log_key]
     selection = AssetSelection.assets(*batch_assets, *[table_key(name, t, "snapshot") for t in tables])
     tags = {SOURCE_TAG: name}
-    retry_command = f"ingest backfill {name} --partitions <batch> --wait"
 
     @sensor(
         name=f"{name}_binlog_sensor",
@@ -120,12 +149,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                     "(not in the batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
-        for message in fail_dead_runs(context.instance, tags):
-            context.log.warning(message)
-        active = context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
-        if active:
-            return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
-                              "the next batch will cover everything since its end")
+        if (skip := batch_running(context, name, tags)) is not None:
+            return skip
         state = source_state(connection_params(source), name)
         last_end, complete, skipped_until = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
@@ -158,17 +183,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         pending = sorted(k for k in context.instance.get_dynamic_partitions(partitions.name)
                          if k not in complete and BatchRange.from_key(k, state.head.basename).start == start)
         if pending:
-            batch = pending[0]
-            decision = incomplete_batch(context.instance, tags, name, batch, source.cdc,
-                                        retry_command.replace("<batch>", batch))
-            if decision.action == Action.RUN:
-                context.log.info(decision.message)
-                return SensorResult(run_requests=[batch_request(context.instance, batch, "", tags, batch_assets,
-                                                                [check_key(log_key)], decision.attempt,
-                                                                source.cdc.max_run_seconds)])
-            events = give_up_events(context.instance, decision, tags, batch, log_key) \
-                if decision.action == Action.GIVE_UP else []
-            return SensorResult(skip_reason=SkipReason(decision.message), asset_events=events)
+            return run_incomplete(context, name, pending[0], source.cdc, tags, batch_assets, log_key)
         requests = []
         for table in tables_now.snapshot:
             # created after CDC started, failed before, or stale: its own run, so that one table's failure

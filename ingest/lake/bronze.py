@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -105,11 +105,28 @@ class BronzeWrite:
                               self.positions, log) | dict(self.extra)
 
 
-def bronze_writes(source: str, batch: SourceBatch) -> dict[str, BronzeWrite]:
+class ChangeBatch(dict):
+    """One BronzeWrite per table of a batch; `skipped` names the tables left out of it, with why."""
+
+    def __init__(self, writes: Mapping[str, BronzeWrite], skipped: Mapping[str, str],
+                 positions: Mapping[str, Any] | None = None) -> None:
+        super().__init__(writes)
+        self.skipped = dict(skipped)
+        self._positions = positions
+
+    @property
+    def positions(self) -> Mapping[str, Any]:
+        """The batch's start, end and the like (every write of it carries them too)."""
+        if self._positions is not None:
+            return self._positions
+        return next(iter(self.values())).positions
+
+
+def bronze_writes(source: str, batch: SourceBatch, skipped: Mapping[str, str] | None = None) -> ChangeBatch:
     """A source's change batch as one bronze append per table it touched."""
-    return {table: BronzeWrite(source, table, batch.key, changes.records, changes.columns, batch.positions,
-                               batch.extra)
-            for table, changes in batch.tables.items()}
+    return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
+                                           batch.positions, batch.extra)
+                        for table, changes in batch.tables.items()}, skipped or {}, batch.positions)
 
 
 REPLAY_CHECK_AGE = dt.timedelta(days=7)

@@ -42,6 +42,15 @@ def waves(items: Sequence[T], per_commit: int) -> list[list[T]]:
     return [list(items[i:i + per_commit]) for i in range(0, len(items), per_commit)]
 
 
+def unfinished_snapshot(last_meta: dict | None, fingerprint: str) -> dict | None:
+    """The unfinished snapshot (its newest wave's commit metadata) to resume, or None to start afresh (pure)."""
+    if not last_meta or last_meta.get("kind") != "snapshot" or last_meta.get("complete"):
+        return None
+    if last_meta.get("fingerprint") != fingerprint:
+        return None  # the table changed shape mid-snapshot: its waves cannot be mixed with new ones
+    return last_meta
+
+
 def encode_user_metadata(metadata: dict[str, Any], txn: Txn) -> str:
     return json.dumps({MARKER: 1, "txn": [txn.app_id, txn.version], **metadata}, sort_keys=True,
                       separators=(",", ":"), default=str)

@@ -2,16 +2,41 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
-def register_reader(spark, name: str, reader_cls: Any) -> None:
-    """Register data source `name`: its schema is the `ddl` option, its reader `reader_cls(options, schema)`.
+def register_reader(spark, name: str, read_part: Callable[[dict[str, Any], dict[str, str], Any, Any], Iterator[Any]],
+                    parts_key: str) -> None:
+    """Register data source `name`. Its schema is the `ddl` option; its `spec` option is JSON whose
+    `parts_key` lists the Spark partitions; each is read on an executor by
+    `read_part(spec, options, part, arrow_schema)`, which yields Arrow record batches.
 
-    Sources read by Spark executors (snapshot chunks, Scan segments) share this
-    shell; what differs is only the reader.
+    Sources read by Spark executors (snapshot chunks, Scan segments) share this shell; what differs
+    is only `read_part`, a module-level function (executors import it by name). Secrets go in
+    options whose names Spark redacts (`password`, `secret_access_key`...), never in `spec`.
     """
-    from pyspark.sql.datasource import DataSource
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Part(InputPartition):
+        def __init__(self, part: Any):
+            super().__init__(part)
+            self.part = part
+
+    class Reader(DataSourceReader):
+        def __init__(self, options: dict[str, str], schema):
+            self.options = dict(options)
+            self.spec = json.loads(options["spec"])
+            self.schema = schema
+
+        def partitions(self):
+            return [Part(p) for p in self.spec[parts_key]]
+
+        def read(self, partition):
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            yield from read_part(self.spec, self.options, partition.part, to_arrow_schema(self.schema, timezone="UTC"))
 
     class _Source(DataSource):
         @classmethod
@@ -22,6 +47,6 @@ def register_reader(spark, name: str, reader_cls: Any) -> None:
             return self.options["ddl"]
 
         def reader(self, schema):
-            return reader_cls(self.options, schema)
+            return Reader(self.options, schema)
 
     spark.dataSource.register(_Source)

@@ -111,3 +111,50 @@ def test_a_dropped_or_invalidated_slot_stops_the_batch_naming_the_slot_and_the_f
                 slot_state(conn, "shop", "tight_slot")
     finally:
         tight.stop()
+
+
+def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start_give_the_table(pg, spark, tmp_path):
+    """Chunks (text composite key, several waves, two executors) at the temporary slot's point; the
+    source's slot made first, so changes during and after the snapshot reach silver through batches."""
+    import threading
+
+    from ingest.adapters.postgres import PgParams, PgSnapshotWrite
+    from ingest.lake.commits import last_commit
+    from ingest.lake.silver import SilverFromBatch
+    from ingest.lake.tables import LakeTable
+    from ingest.sources.postgres.positions import Lsn, LsnRange
+
+    params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE items (region text, id int, price numeric(10,2), seen timestamptz, tags text[], "
+                     "PRIMARY KEY (region, id))")
+        conn.execute("INSERT INTO items SELECT r, g, g * 1.5, '2026-01-01 00:00+00'::timestamptz + g * interval '1 h', "
+                     "ARRAY['a', NULL] FROM unnest(ARRAY['eu', 'us', 'ap']) r, generate_series(1, 300) g")
+        conn.execute("CREATE PUBLICATION items_pub FOR TABLE items")
+        write = PgSnapshotWrite("shop", params, "items_slot", "public.items", chunk_size=100, parallelism=2,
+                                chunks_per_commit=4)
+        paths = {layer: str(tmp_path / layer) for layer in ("snapshot", "bronze", "silver")}
+        writer = threading.Timer(0.5, conn.execute, ("UPDATE items SET price = 0 WHERE id = 7",))
+        writer.start()  # during the snapshot: in it or in the stream, and silver ends right either way
+        meta = write.apply(spark, paths["snapshot"], print)
+        writer.join()
+        assert meta["rows"] == 900 and meta["chunks"] == 9
+        waves = last_commit(paths["snapshot"], kind="snapshot")
+        assert waves.metadata["complete"] and waves.metadata["wave"] == 2  # 9 chunks, 4 a commit
+        assert Lsn.from_metadata(waves.metadata["read_at"]) >= Lsn.from_metadata(meta["log_start"])
+
+        conn.execute("DELETE FROM items WHERE region = 'ap' AND id > 250")
+        conn.execute("UPDATE items SET tags = ARRAY['b'] WHERE region = 'eu' AND id = 1")
+        batch = LsnRange(Lsn.from_metadata(meta["log_start"]), slot_state(conn, "shop", "items_slot").head)
+        for write_ in bronze_writes("shop", read_change_batch(conn, "shop", "items_slot", "items_pub", batch,
+                                                               ["public.items"])).values():
+            write_.apply(spark, paths["bronze"], print)
+        SilverFromBatch("shop", "public.items", LakeTable(spark, paths["bronze"], batch.key),
+                        LakeTable(spark, paths["snapshot"])).apply(spark, paths["silver"], print)
+        got = {(r["region"], r["id"]): (r["price"], r["seen"], r["tags"]) for r in
+               live_rows(spark.read.format("delta").load(paths["silver"])).collect()}
+        with conn.cursor() as cur:
+            cur.execute("SET TimeZone = 'UTC'")
+            cur.execute("SELECT region, id, price, seen, tags FROM items")
+            want = {(r[0], r[1]): (r[2], r[3].replace(tzinfo=None), r[4]) for r in cur.fetchall()}
+        assert got == want and len(got) == 850 and got[("eu", 7)][0] == 0

@@ -30,9 +30,9 @@ def test_good_config_loads(tmp_path):
 
 
 def test_every_field_has_a_docstring():
-    from ingest.config import CdcSettings, MySQLSource, SnapshotSettings, TableSelection
+    from ingest.config import CdcSettings, MySQLSource, PostgresSource, SnapshotSettings, TableSelection
 
-    for model in (MySQLSource, SnapshotSettings, TableSelection, CdcSettings):
+    for model in (MySQLSource, PostgresSource, SnapshotSettings, TableSelection, CdcSettings):
         for name, field in model.model_fields.items():
             assert field.description, f"{model.__name__}.{name} has no docstring"
 
@@ -121,7 +121,7 @@ def test_a_dynamodb_source_loads_beside_a_mysql_one(tmp_path):
     (lambda s: s["attributes"].update(nosuch={"a": "string"}), "attributes.nosuch: not one of the source's tables"),
     (lambda s: s.update(tables=["bad-name"]), "sources.events.tables"),
     (lambda s: s["cdc"].update(page_limit=5000), "sources.events.cdc.page_limit"),
-    (lambda s: s.update(kind="postgres"), "kind must be mysql or dynamodb"),
+    (lambda s: s.update(kind="oracle"), "kind must be mysql, dynamodb or postgres"),
     (lambda s: s.update(aws_secret_access_key="x"), "secrets are not read from the file"),
 ])
 def test_dynamodb_errors_name_the_key(tmp_path, mutate, where):
@@ -153,3 +153,28 @@ def test_fuzzed_dynamodb_sources_give_config_errors_only(source):
         return
     for table in cfg.sources["s"].tables:
         assert DYNAMODB_TABLE_RE.match(table)
+
+
+POSTGRES = {"sources": {"pg": {"kind": "postgres", "host": "db", "user": "ingest", "password_env": "PG_PW",
+                               "database": "shop", "publication": "shop_pub", "tables": {"include": ["orders"]}}}}
+
+
+def test_a_postgres_source_loads_with_its_defaults(tmp_path):
+    pg = load_config(write(tmp_path, POSTGRES)).sources["pg"]
+    assert (pg.port, pg.db_schema, pg.slot_name("pg"), pg.qualified("orders")) == (5432, "public", "ingest_pg",
+                                                                                   "public.orders")
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda s: s.pop("publication"), "sources.pg.publication"),
+    (lambda s: s.update(publication="Bad Pub"), "sources.pg.publication"),
+    (lambda s: s.update(slot="no-dashes"), "sources.pg.slot"),
+    (lambda s: s.update(schema="a;b"), "sources.pg.schema"),
+    (lambda s: s["tables"].update(history=["orders"]), "SCD2 history is not available for postgres"),
+])
+def test_postgres_errors_name_the_key(tmp_path, mutate, where):
+    data = yaml.safe_load(yaml.safe_dump(POSTGRES))
+    mutate(data["sources"]["pg"])
+    with pytest.raises(ConfigError) as exc:
+        load_config(write(tmp_path, data))
+    assert where in str(exc.value)

@@ -58,40 +58,22 @@ def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segmen
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def _register_data_source(spark) -> None:
-    from pyspark.sql.datasource import DataSourceReader, InputPartition
+def read_segment(spec: dict[str, Any], options: dict[str, str], segment: int, arrow_schema) -> Iterator[Any]:
+    """One Spark partition: one Scan segment (executor side)."""
+    from ingest.sources.dynamodb.types import parse_type
 
+    settings = ClientSettings(**spec["client"], access_key_id=options.get("access_key_id"),
+                              secret_access_key=options.get("secret_access_key"),
+                              session_token=options.get("session_token"))
+    types = TableTypes(spec["table"], tuple(spec["keys"]), tuple((n, parse_type(t)) for n, t in spec["columns"]))
+    yield from scan_segment(settings, spec["table"], types, segment, spec["total"], spec["consistent"],
+                            spec["page_size"], int(spec["pos"]), arrow_schema)
+
+
+def _register_data_source(spark) -> None:
     from ingest.lake.datasource import register_reader
 
-    class Segment(InputPartition):
-        def __init__(self, segment: int):
-            super().__init__(segment)
-            self.segment = segment
-
-    class SegmentReader(DataSourceReader):
-        def __init__(self, options: dict[str, str], schema):
-            self.spec = json.loads(options["spec"])
-            self.settings = ClientSettings(**self.spec["client"], access_key_id=options.get("access_key_id"),
-                                           secret_access_key=options.get("secret_access_key"),
-                                           session_token=options.get("session_token"))
-            self.schema = schema
-
-        def partitions(self):
-            return [Segment(s) for s in self.spec["segments"]]
-
-        def read(self, partition):
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            from ingest.sources.dynamodb.types import parse_type
-
-            spec = self.spec
-            types = TableTypes(spec["table"], tuple(spec["keys"]),
-                               tuple((n, parse_type(t)) for n, t in spec["columns"]))
-            yield from scan_segment(self.settings, spec["table"], types, partition.segment, spec["total"],
-                                    spec["consistent"], spec["page_size"], int(spec["pos"]),
-                                    to_arrow_schema(self.schema, timezone="UTC"))
-
-    register_reader(spark, DATA_SOURCE_NAME, SegmentReader)
+    register_reader(spark, DATA_SOURCE_NAME, read_segment, "segments")
 
 
 def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTypes, segments: list[int],

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ingest.lake.bronze import BronzeWrite, columns_of
+from ingest.lake.bronze import BronzeWrite, ChangeBatch, columns_of
 from ingest.sources.mysql.binlog import (
     binary_logs, check_available, check_binlog_settings, master_position, read_batch,
 )
@@ -96,14 +96,6 @@ def retry_batch_read(read: Callable[[], T], source: str, batch_key: str, params:
             "was written", code=getattr(exc, "code", None))
 
     return retrying(read, is_transient, give_up, attempts=attempts, base_delay=0.5)
-
-
-class ChangeBatch(dict):
-    """One BronzeWrite per table of a batch; `skipped` names the tables left out of it, with why."""
-
-    def __init__(self, writes: Mapping[str, BronzeWrite], skipped: Mapping[str, str]) -> None:
-        super().__init__(writes)
-        self.skipped = dict(skipped)
 
 
 def read_change_batch(params: ConnectionParams, source: str, batch_key: str,

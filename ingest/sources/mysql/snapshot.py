@@ -90,34 +90,18 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
         conn.close()
 
 
-def _register_data_source(spark) -> None:
-    from pyspark.sql.datasource import DataSourceReader, InputPartition
+def read_chunk_group(spec: dict[str, Any], options: dict[str, str], chunks: list[dict], arrow_schema) -> Iterator[Any]:
+    """One Spark partition: its chunks in turn (executor side)."""
+    params = ConnectionParams(**spec["conn"], password=options["password"])
+    for c in chunks:
+        yield from read_chunk(params, spec, Chunk(c["index"], key_from_json(c["lo"]), key_from_json(c["hi"])),
+                              arrow_schema)
 
+
+def _register_data_source(spark) -> None:
     from ingest.lake.datasource import register_reader
 
-    class ChunkGroup(InputPartition):
-        def __init__(self, chunks: list[dict]):
-            super().__init__(chunks)
-            self.chunks = chunks
-
-    class ChunkReader(DataSourceReader):
-        def __init__(self, options: dict[str, str], schema):
-            self.spec = json.loads(options["spec"])
-            self.params = ConnectionParams(**self.spec["conn"], password=options["password"])
-            self.schema = schema
-
-        def partitions(self):
-            return [ChunkGroup(group) for group in self.spec["groups"]]
-
-        def read(self, partition):
-            from pyspark.sql.pandas.types import to_arrow_schema
-
-            arrow_schema = to_arrow_schema(self.schema, timezone="UTC")
-            for c in partition.chunks:
-                chunk = Chunk(c["index"], key_from_json(c["lo"]), key_from_json(c["hi"]))
-                yield from read_chunk(self.params, self.spec, chunk, arrow_schema)
-
-    register_reader(spark, DATA_SOURCE_NAME, ChunkReader)
+    register_reader(spark, DATA_SOURCE_NAME, read_chunk_group, "groups")
 
 
 def snapshot_ddl(schema: TableSchema) -> str:
@@ -164,15 +148,6 @@ class SnapshotProgress:
     shape_restarts: int = 0
     """Times DDL on the table made the snapshot start afresh."""
     key_columns: tuple[str, ...] = ()
-
-
-def snapshot_state(last_meta: dict | None, fingerprint: str) -> dict | None:
-    """The unfinished snapshot to resume, or None to start afresh (pure)."""
-    if not last_meta or last_meta.get("kind") != "snapshot" or last_meta.get("complete"):
-        return None
-    if last_meta.get("fingerprint") != fingerprint:
-        return None  # the table changed shape mid-snapshot: its waves cannot be mixed with new ones
-    return last_meta
 
 
 class ShapeChanged(Exception):
@@ -231,13 +206,13 @@ def _check_shape(params: ConnectionParams, schema: TableSchema, fingerprint: str
 def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                    chunk_size: int, parallelism: int, chunks_per_commit: int,
                    log: Callable[[str], None]) -> SnapshotProgress:
-    from ingest.lake.commits import Txn, last_commit
+    from ingest.lake.commits import Txn, last_commit, unfinished_snapshot
     from ingest.lake.write import append
 
     started = time.monotonic()
     fingerprint = schema.fingerprint()
     last = last_commit(path, kind="snapshot")
-    resume = snapshot_state(last.metadata if last else None, fingerprint)
+    resume = unfinished_snapshot(last.metadata if last else None, fingerprint)
     conn = params.connect()
     try:
         if resume:

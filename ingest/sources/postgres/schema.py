@@ -44,3 +44,62 @@ def set_session(conn) -> None:
     with conn.cursor() as cur:
         for name, value in SESSION_SETTINGS.items():
             cur.execute("SELECT set_config(%s, %s, false)", (name, value))
+
+
+@dataclass(frozen=True)
+class PgColumn:
+    name: str
+    type_oid: int
+    type_modifier: int
+
+
+@dataclass(frozen=True)
+class PgTable:
+    """A table as the snapshot reads it: its columns in order and its primary key."""
+
+    name: str
+    """schema.table"""
+    columns: tuple[PgColumn, ...]
+    primary_key: tuple[str, ...]
+
+    def fingerprint(self) -> str:
+        """Changes when a column is added, dropped or retyped, or the key changes: waves of a snapshot
+        taken before and after such DDL cannot be mixed."""
+        import hashlib
+
+        shape = repr(([(c.name, c.type_oid, c.type_modifier) for c in self.columns], self.primary_key))
+        return hashlib.sha1(shape.encode()).hexdigest()[:16]
+
+
+class TableProblem(ValueError):
+    """A table the source cannot land (missing, no primary key); the message names the fix."""
+
+
+_COLUMNS_SQL = """
+SELECT a.attname, a.atttypid, a.atttypmod, array_position(i.indkey::int2[], a.attnum)
+FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
+"""
+
+
+def describe_table(conn, table: str, source: str = "") -> PgTable:
+    """The table's columns and primary key from the catalog (`table` as schema.table)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT to_regclass(%s)::oid", (table,))
+        oid = cur.fetchone()[0]
+        if oid is None:
+            raise TableProblem(f"{source + ': ' if source else ''}table {table} does not exist. Fix: create it, or "
+                               "take it out of the source's tables")
+        cur.execute(_COLUMNS_SQL, (oid,))
+        rows = cur.fetchall()
+    key = tuple(name for name, _, _, place in sorted((r for r in rows if r[3] is not None), key=lambda r: r[3]))
+    if not key:
+        raise TableProblem(f"{source + ': ' if source else ''}table {table} has no primary key: snapshot chunks and "
+                           "the merge into silver go by it. Fix: ALTER TABLE ... ADD PRIMARY KEY, or take the table "
+                           "out of the source's tables")
+    return PgTable(table, tuple(PgColumn(n, oid_, mod) for n, oid_, mod, _ in rows), key)
+
+
+def contracts_of(conn, table: PgTable) -> list[ColumnType]:
+    types = types_of(conn, [c.type_oid for c in table.columns])
+    return [types[c.type_oid].contract(c.type_modifier) for c in table.columns]

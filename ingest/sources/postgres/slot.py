@@ -85,3 +85,29 @@ def quote_slot(name: str) -> str:
     if not name or not all(c.islower() or c.isdigit() or c == "_" for c in name) or len(name) > 63:
         raise ValueError(f"not a replication slot name (a-z, 0-9, _; at most 63): {name!r}")
     return name
+
+
+def ensure_slot(conn, slot: str) -> bool:
+    """Create the source's logical slot (pgoutput) unless it exists; True when this call created it.
+    From its creation on the server keeps every change the slot has not confirmed."""
+    import psycopg
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        if cur.fetchone():
+            return False
+        try:
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (quote_slot(slot),))
+        except psycopg.errors.DuplicateObject:
+            return False  # another snapshot of the source created it meanwhile
+    return True
+
+
+def has_changes(conn, slot: str, publication: str, upto: Lsn) -> bool:
+    """Whether a transaction that changed a published table commits before `upto`: the decoder stops at
+    the first one. pgoutput (PostgreSQL 15) sends nothing for transactions that changed no published
+    table, so activity elsewhere in the database makes no batch."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, 1, "
+                    "'proto_version', '1', 'publication_names', %s)", (slot, str(upto), publication))
+        return cur.fetchone()[0] > 0

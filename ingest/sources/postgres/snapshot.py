@@ -45,7 +45,27 @@ def read_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Seq
                lo: tuple | None, hi: tuple | None) -> list[tuple[str | None, ...]]:
     """The chunk's rows as the server's text, at `snapshot` (`conn` in autocommit: the chunk's own
     transaction must begin with the snapshot)."""
-    sql, params = chunk_sql(table, columns, key, lo, hi)
+    return at_snapshot(conn, snapshot, *chunk_sql(table, columns, key, lo, hi))
+
+
+def boundaries(conn, snapshot: str, table: str, key: Sequence[str], chunk_size: int,
+               start: tuple | None = None) -> list[tuple[str, ...]]:
+    """Every chunk_size-th key from `start` on, at `snapshot`, as text (the server casts it back in the
+    chunks' comparisons): one ordered pass over the primary key's index."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1: {chunk_size}")
+    keys = ", ".join(ident(k) for k in key)
+    where, params = "", []
+    if start is not None:
+        where = f" WHERE ({keys}) >= ({', '.join(['%s'] * len(key))})"
+        params = list(start)
+    sql = (f"SELECT {keys} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS _rn FROM {qualified(table)}"
+           f"{where}) k WHERE _rn > 1 AND (_rn - 1) %% %s = 0 ORDER BY _rn")
+    return at_snapshot(conn, snapshot, sql, [*params, chunk_size])
+
+
+def at_snapshot(conn, snapshot: str, sql: str, params: Sequence[Any]) -> list[tuple[str | None, ...]]:
+    """Run `sql` in a read-only transaction that adopts the exported `snapshot`; every value as text."""
     set_session(conn)
     with conn.transaction():
         with conn.cursor() as cur:

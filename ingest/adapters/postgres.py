@@ -1,0 +1,161 @@
+"""The PostgreSQL source's adapter: what ingest/sources/postgres/ reads, committed by the lake.
+
+The snapshot of a table:
+
+1. The source's slot exists (created here if not) before anything is read, so the server keeps every
+   change from then on; the snapshot's `log_start` is the WAL position after that, where change batches
+   for this table must start.
+2. A TEMPORARY slot is created with an exported snapshot: the database exactly at its consistent point,
+   which is after `log_start`. Spark executors read primary-key chunks in transactions that adopt it,
+   so every row of the run is tagged `_pos` = that point (index 0): a change the stream has at or after
+   it is newer, one before it is already in the row.
+3. Chunks are committed in waves with txn ids, as for MySQL. A run that dies resumes after its last
+   wave with a new temporary slot: its chunks are read at their own, later point and tagged with it,
+   which the ordered merge handles as it does MySQL's per-chunk positions.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ingest.sources.postgres.positions import Lsn
+
+DATA_SOURCE_NAME = "ingest_postgres_chunks"
+
+
+@dataclass(frozen=True)
+class PgParams:
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    connect_timeout: int = 10
+
+    def connect(self, **settings):
+        import psycopg
+
+        return psycopg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                               dbname=self.database, connect_timeout=self.connect_timeout, autocommit=True, **settings)
+
+    def libpq(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
+                "dbname": self.database, "connect_timeout": self.connect_timeout}
+
+
+# ---------------------------------------------------------------- executor side
+
+def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict], arrow_schema) -> Iterator[Any]:
+    """One Spark partition: Arrow record batches of its chunks, read at the spec's exported snapshot, each
+    row with the run's `_pos` (executor side)."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from ingest.sources.contract import convert_column
+    from ingest.sources.postgres.schema import PgType
+    from ingest.sources.postgres.snapshot import read_chunk
+
+    params = PgParams(**spec["conn"], password=options["password"])
+    contracts = [PgType(t["name"], t["element"]).contract(t["typmod"]) for t in spec["types"]]
+    pos = Decimal(spec["pos"])
+    with params.connect() as conn:
+        for chunk in chunks:
+            lo, hi = (None if k is None else tuple(k) for k in (chunk["lo"], chunk["hi"]))
+            rows = read_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi)
+            if not rows:
+                continue
+            values = list(zip(*rows))
+            arrays = [pa.array(convert_column(ct, list(col)), type=arrow_schema.field(i).type)
+                      for i, (ct, col) in enumerate(zip(contracts, values))]
+            arrays.append(pa.array([pos] * len(rows), type=arrow_schema.field(len(contracts)).type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+# ---------------------------------------------------------------- driver side
+
+@dataclass(frozen=True)
+class PgSnapshotWrite:
+    """An asset's output: snapshot `table` (schema.table) of a PostgreSQL source into the table the IO
+    manager names."""
+
+    source: str
+    params: PgParams
+    slot: str
+    table: str
+    chunk_size: int
+    parallelism: int
+    chunks_per_commit: int
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from ingest.lake.commits import Txn, last_commit, table_version, unfinished_snapshot, waves
+        from ingest.lake.datasource import register_reader
+        from ingest.lake.tables import spark_ident
+        from ingest.lake.write import append
+        from ingest.sources.mysql.chunks import key_from_json, key_to_json, plan_chunks
+        from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
+        from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
+        from ingest.sources.postgres.snapshot import boundaries
+
+        started = time.monotonic()
+        with self.params.connect() as conn:
+            table = describe_table(conn, self.table, f"source {self.source}")
+            if ensure_slot(conn, self.slot):
+                log(f"created replication slot {self.slot!r}: the server keeps the source's changes from now on")
+            log_start = current_lsn(conn)
+            contracts = contracts_of(conn, table)
+            types = types_of(conn, [c.type_oid for c in table.columns])
+        fingerprint = table.fingerprint()
+        last = last_commit(path, kind="snapshot")
+        resume = unfinished_snapshot(last.metadata if last else None, fingerprint)
+        if resume:
+            snapshot_id, wave_no, done = resume["snapshot_id"], resume["wave"] + 1, resume["chunks_done"]
+            log_start, start = Lsn.from_metadata(resume["log_start"]), key_from_json(resume["key_hi"])
+            log(f"resuming snapshot {snapshot_id} of {self.table} at wave {wave_no}, key {start!r}")
+        else:
+            snapshot_id, wave_no, done, start = uuid.uuid4().hex[:12], 0, 0, None
+            log(f"starting snapshot {snapshot_id} of {self.table}; change batches needed from {log_start}")
+        ddl = ", ".join([*(f"{spark_ident(c.name)} {t.spark}" for c, t in zip(table.columns, contracts)),
+                         "`_pos` decimal(38,0)"])
+        spec_types = [{"name": types[c.type_oid].name, "element": types[c.type_oid].element, "typmod": c.type_modifier}
+                      for c in table.columns]
+        rows = 0
+        with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
+                self.params.connect() as conn:
+            log(f"snapshot {self.table}: reading at {at.consistent_point} (exported snapshot {at.snapshot})")
+            chunks = plan_chunks(boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start),
+                                 start, first_index=done)
+            total = done + len(chunks)
+            register_reader(spark, DATA_SOURCE_NAME, read_chunks, "groups")
+            groups = waves(chunks, self.chunks_per_commit)
+            for offset, wave in enumerate(groups):
+                n = max(1, min(self.parallelism, len(wave)))
+                spec = {"conn": {k: v for k, v in asdict(self.params).items() if k != "password"},
+                        "snapshot": at.snapshot, "table": self.table, "key": list(table.primary_key),
+                        "columns": [c.name for c in table.columns], "types": spec_types,
+                        "pos": str(at.consistent_point.row_pos()),
+                        "groups": [[{"lo": key_to_json(c.lo), "hi": key_to_json(c.hi)} for c in wave[i::n]]
+                                   for i in range(n)]}
+                df = (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
+                      .option("password", self.params.password).load())
+                meta = {"kind": "snapshot", "source": self.source, "table": self.table, "snapshot_id": snapshot_id,
+                        "wave": wave_no + offset, "key_hi": key_to_json(wave[-1].hi),
+                        "complete": offset == len(groups) - 1,
+                        "chunks_done": wave[-1].index + 1, "chunks_total": total, "log_start": log_start.to_metadata(),
+                        "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
+                        "key_columns": list(table.primary_key), "read_at": at.consistent_point.to_metadata()}
+                first = wave_no + offset == 0
+                outcome = append(df, path, meta, Txn(f"snapshot:{self.source}.{self.table}:{snapshot_id}",
+                                                     wave_no + offset), overwrite=first, overwrite_schema=first)
+                rows += outcome.rows
+                log(f"snapshot {self.table}: {wave[-1].index + 1}/{total} chunks, {rows} rows")
+        seconds = time.monotonic() - started
+        return {"rows": spark.read.format("delta").load(path).count(), "rows_read": rows, "seconds": round(seconds, 2),
+                "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,
+                "chunks": total, "resumed_from_wave": wave_no - 1, "log_start": log_start.to_metadata(),
+                "key_columns": list(table.primary_key), "delta_version": table_version(path)}

@@ -1,0 +1,177 @@
+"""A PostgreSQL source's assets and sensor: per table a snapshot, and the change batches of the
+source's slot into bronze, silver and the batch log, through the same batch step as MySQL's."""
+
+# No `from __future__ import annotations`: Dagster inspects the context annotation.
+
+import time
+
+from dagster import (
+    AssetExecutionContext, AssetKey, AssetSelection, AssetsDefinition, DefaultSensorStatus,
+    DynamicPartitionsDefinition, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, asset, sensor,
+)
+
+from ingest.config import ConfigError, PostgresSource
+from ingest.defs.batches import SOURCE_TAG, batch_request, check_key
+from ingest.defs.factory import BatchAssetText, change_batch_asset, table_key
+from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
+
+KINDS = {"postgres", "delta", "spark"}
+EMPTY_BATCH_BYTES = 64 * 1024 * 1024
+"""WAL the slot may hold for activity outside the source's tables before an empty batch lets the server
+release it (a batch with no changes costs a batch-log row)."""
+
+
+def pg_params(source: PostgresSource):
+    from dagster import EnvVar
+
+    from ingest.adapters.postgres import PgParams
+    from ingest.sources.postgres.cdc import SlotLost
+
+    password = EnvVar(source.password_env).get_value()
+    if password is None:
+        raise SlotLost(f"environment variable {source.password_env} is not set: it holds the password of "
+                       f"{source.user}@{source.host}. Fix: export {source.password_env}=...")
+    return PgParams(source.host, source.port, source.user, password, source.database, source.connect_timeout)
+
+
+def check_postgres(name: str, source: PostgresSource):
+    """The preflight's findings for the source (`ingest check`, and the sensor before the first batch)."""
+    from ingest.sources.findings import FAIL, Finding
+    from ingest.sources.postgres.preflight import findings, gather
+
+    try:
+        with pg_params(source).connect() as conn:
+            return findings(name, source.publication, *gather(conn, source.publication,
+                                                              [source.qualified(t) for t in source.tables.include]))
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is the finding
+        return [Finding(FAIL, f"source {name}", f"cannot connect to {source.host}:{source.port} as {source.user}: "
+                        f"{str(exc).strip()}. Fix: start the server, or correct host, port, user and "
+                        f"{source.password_env}")]
+
+
+def snapshot_asset(name: str, source: PostgresSource, table: str) -> AssetsDefinition:
+    settings = source.snapshot_settings(table)
+
+    @asset(
+        key=table_key(name, table, "snapshot"), group_name=name, kinds=KINDS, io_manager_key="lake",
+        description=(f"Full snapshot of `{source.qualified(table)}` in {source.database} on {source.host}:{source.port}, "
+                     f"read in primary-key chunks of {settings.chunk_size} rows at a replication slot's exported "
+                     "snapshot (lock-free, one consistent point). Creates the source's slot first. Resumes after "
+                     "the last committed wave."),
+        metadata={"lake/layer": "snapshot", "source": name, "table": table},
+    )
+    def _snapshot(context: AssetExecutionContext):
+        from ingest.adapters.postgres import PgSnapshotWrite
+
+        return PgSnapshotWrite(name, pg_params(source), source.slot_name(name), source.qualified(table),
+                               settings.chunk_size, settings.parallelism, settings.chunks_per_commit)
+
+    return _snapshot
+
+
+def batch_asset(name: str, source: PostgresSource, tables: list[str],
+                partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
+    def read(context: AssetExecutionContext, batch: str):
+        from dataclasses import replace
+
+        from ingest.changes import SourceBatch
+        from ingest.lake.bronze import bronze_writes
+        from ingest.sources.postgres.cdc import read_change_batch
+        from ingest.sources.postgres.positions import LsnRange
+
+        with pg_params(source).connect() as conn:
+            got = read_change_batch(conn, name, source.slot_name(name), source.publication, LsnRange.from_key(batch),
+                                    [source.qualified(t) for t in tables])
+        by_name = {source.qualified(t): t for t in tables}
+        changes = {by_name[q]: replace(c, records=[replace(r, table=by_name[q]) for r in c.records])
+                   for q, c in got.tables.items()}
+        return bronze_writes(name, SourceBatch(got.key, changes, got.positions, got.extra))
+
+    text = BatchAssetText(
+        "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place in the "
+        "transaction), commit time, xid, and `_unchanged` where an update did not send a TOASTed value.",
+        f"Reads replication slot {source.slot_name(name)} of {source.host}:{source.port} (publication "
+        f"{source.publication}) once per change batch, appends bronze and merges silver for the tables it changed, "
+        "and records the batch in the batch log; the partition key is the commit-LSN range [start, end). The "
+        "sensor confirms the slot only up to batches the log holds.")
+    return change_batch_asset(name, tables, source.keeps_history, lambda t: {}, partitions, read, text,
+                              lambda writes: {"slot": source.slot_name(name)})
+
+
+def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions: DynamicPartitionsDefinition,
+                lake_root: str) -> SensorDefinition:
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    log_path = source_batch_log_location(lake_root, name)
+    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables], log_key]
+    tags = {SOURCE_TAG: name}
+    slot = source.slot_name(name)
+
+    @sensor(
+        name=f"{name}_slot_sensor",
+        minimum_interval_seconds=source.cdc.min_interval_seconds,
+        default_status=DefaultSensorStatus.RUNNING if source.cdc.sensor_running else DefaultSensorStatus.STOPPED,
+        asset_selection=AssetSelection.assets(*batch_assets, *[table_key(name, t, "snapshot") for t in tables]),
+        description=f"Confirms slot {slot} up to the batches the lake logged, then, when a transaction changed a "
+                    f"table of source {name} since, adds the next change batch as a partition and runs it. A batch "
+                    "that is not complete (not in the batch log) runs again, with backoff, before any later one.",
+    )
+    def _sensor(context: SensorEvaluationContext):
+        from ingest.defs.sensors import batch_running, logged, run_incomplete, snapshot_log_start
+        from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
+        from ingest.sources.postgres.positions import Lsn, LsnRange
+        from ingest.sources.postgres.slot import has_changes
+
+        if (skip := batch_running(context, name, tags)) is not None:
+            return skip
+        last_end, complete, _ = logged(log_path, Lsn.from_metadata)
+        starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"), Lsn.from_metadata)
+                  for t in tables}
+        waiting = [t for t, p in starts.items() if p is None]
+        if last_end is None and waiting:
+            from ingest.sources.findings import failed
+
+            problems = [f.line() for f in failed(check_postgres(name, source))]
+            return SkipReason(f"waiting for the snapshots of {', '.join(waiting)}: materialize "
+                              f"{', '.join(f'{name}/{t}/snapshot' for t in waiting)}; change batches start from the "
+                              "earliest snapshot position" + "".join(f"\n{line}" for line in problems))
+        start = last_end or min(starts.values())
+        pending = sorted(k for k in context.instance.get_dynamic_partitions(partitions.name)
+                         if k not in complete and LsnRange.from_key(k).start == start)
+        if pending:
+            return run_incomplete(context, name, pending[0], source.cdc, tags, batch_assets, log_key)
+        with pg_params(source).connect() as conn:
+            if last_end is not None:
+                confirm(conn, name, slot, last_end)  # the lake logged everything before it
+            state = slot_state(conn, name, slot)
+            batch = plan_next_batch(last_end, None if last_end else start, state.head)
+            if batch is None:
+                return SkipReason(f"WAL head at {state.head}: nothing new since {start}")
+            if not has_changes(conn, slot, source.publication, batch.end) and \
+                    state.head.value - start.value < EMPTY_BATCH_BYTES:
+                return SkipReason(f"no transaction changed a table of source {name} before the WAL head "
+                                  f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)")
+        context.update_cursor(f"{batch.key}@{time.time():.0f}")
+        return SensorResult(
+            run_requests=[batch_request(context.instance, batch.key, "", tags, batch_assets, [check_key(log_key)],
+                                        max_runtime=source.cdc.max_run_seconds)],
+            dynamic_partitions_requests=[partitions.build_add_request([batch.key])])
+
+    return _sensor
+
+
+def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
+    """The source's assets, its sensor and the batch log's contiguity check."""
+    from ingest.defs.batches import contiguity_check
+    from ingest.defs.checks import compare_binlog as compare
+    from ingest.defs.factory import batches_partitions
+    from ingest.sources.postgres.positions import Lsn
+
+    if not source.tables.is_static():
+        raise ConfigError(f"sources.{name}.tables.include: patterns are not available for postgres sources yet. "
+                          "Fix: list the tables by name")
+    tables = source.tables.static_tables()
+    partitions = batches_partitions(name)
+    assets = [*(snapshot_asset(name, source, t) for t in tables), batch_asset(name, source, tables, partitions)]
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    return assets, slot_sensor(name, source, tables, partitions, lake_root), \
+        [contiguity_check(log_key, Lsn.from_metadata, compare, str)]
