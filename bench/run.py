@@ -4,7 +4,7 @@
     .venv/bin/python bench/run.py              # the full sizes: hours, most of them the soak
     .venv/bin/python bench/run.py --only soak --soak-batches 200   # one benchmark, a size of your own
 
-Starts its own MariaDB and DynamoDB Local servers (stopped by PID at the end) and one
+Starts its own MariaDB, PostgreSQL and DynamoDB Local servers (stopped by PID at the end) and one
 local SparkSession. Prints one line per benchmark,
 
     <name>: ours <value> <unit>, baseline <name> <value> <unit>, ratio <ours/baseline>
@@ -33,12 +33,12 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
               "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100,
-              "soak_batches": 500},
+              "soak_batches": 500, "pg_rows": 1_000_000, "pg_events": 300_000},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
              "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100,
-             "soak_batches": 5_000},
+             "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000},
 }
-BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "batch", "soak")
+BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                     got = dynamodb_bench(spark, ddb.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
                 finally:
                     ddb.stop()
+            elif name == "postgres":
+                from bench.postgres_bench import postgres_bench
+
+                got = postgres_bench(spark, work, lake / "postgres", sizes["pg_rows"], sizes["pg_events"], log)
             elif name == "memory":
                 got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
                                                **SNAPSHOT)

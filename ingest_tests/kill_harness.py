@@ -101,28 +101,48 @@ class Report:
 class KillHarness:
     """One synced table, its Dagster instance and lake under `workdir`, and the trials run on it."""
 
+    logged_table = TABLE
+    """The table as the snapshot's log lines name it."""
+
     def __init__(self, spark, root_conn, port: int, database: str, workdir: Path, seed: int, **source_settings):
-        from ingest_tests.integration.cdc_harness import dagster_env, write_sources
+        from ingest_tests.integration.cdc_harness import dagster_env
 
         self.spark, self.root, self.rng, self.seed = spark, root_conn, random.Random(seed), seed
         self.workdir = workdir
-        self.sources = write_sources(workdir, port, database, [TABLE],
-                                     snapshot={"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1},
-                                     **source_settings)
+        self.sources = self.write_sources(port, database, **source_settings)
         self.env = dagster_env(workdir, self.sources)
         self.lake = workdir / "lake"
         self.next_id = ROWS + 1
         self._stack = ExitStack()
+
+    def write_sources(self, port: int, database: str, **source_settings) -> Path:
+        from ingest_tests.integration.cdc_harness import write_sources
+
+        return write_sources(self.workdir, port, database, [TABLE],
+                             snapshot={"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1},
+                             **source_settings)
+
+    def create_table(self) -> None:
+        with self.root.cursor() as cur:
+            cur.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(12,2))")
+            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 97, CONCAT('row ', seq), seq / 8 "
+                        f"FROM seq_1_to_{ROWS}")
+
+    def source_rows(self) -> list[tuple]:
+        with self.root.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE}")
+            return [tuple(r) for r in cur.fetchall()]
+
+    def execute(self, sql: str, args: tuple = ()) -> None:
+        with self.root.cursor() as cur:
+            cur.execute(sql, args)
 
     def __enter__(self) -> KillHarness:
         from ingest_tests.integration.cdc_harness import CdcHarness, instance_at
 
         instance = self._stack.enter_context(instance_at(self.env))
         self.h = CdcHarness(self.spark, self.sources, self.lake, instance)
-        with self.root.cursor() as cur:
-            cur.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(12,2))")
-            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 97, CONCAT('row ', seq), seq / 8 "
-                        f"FROM seq_1_to_{ROWS}")
+        self.create_table()
         self.h.snapshot()
         self.h.sync()
         return self
@@ -134,27 +154,25 @@ class KillHarness:
 
     def write_workload(self, ops: int = 300) -> None:
         """Random inserts, updates, primary-key changes and deletes, in a few transactions."""
-        with self.root.cursor() as cur:
-            cur.execute(f"SELECT id FROM {TABLE}")
-            ids = [r[0] for r in cur.fetchall()]
-            for _ in range(ops):
-                kind = self.rng.random()
-                if kind < 0.3 or not ids:
-                    cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s)",
-                                (self.next_id, self.rng.randrange(1000), f"new {self.next_id}",
-                                 self.rng.randrange(10 ** 6) / 100))
-                    ids.append(self.next_id)
-                    self.next_id += 1
-                elif kind < 0.75:
-                    cur.execute(f"UPDATE {TABLE} SET v = %s, s = %s WHERE id = %s",
-                                (self.rng.randrange(1000), f"upd {self.rng.random():.6f}", self.rng.choice(ids)))
-                elif kind < 0.8:
-                    old = ids.pop(self.rng.randrange(len(ids)))
-                    cur.execute(f"UPDATE {TABLE} SET id = %s WHERE id = %s", (self.next_id, old))
-                    ids.append(self.next_id)
-                    self.next_id += 1
-                else:
-                    cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.pop(self.rng.randrange(len(ids))),))
+        ids = [r[0] for r in self.source_rows()]
+        for _ in range(ops):
+            kind = self.rng.random()
+            if kind < 0.3 or not ids:
+                self.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s)",
+                             (self.next_id, self.rng.randrange(1000), f"new {self.next_id}",
+                              self.rng.randrange(10 ** 6) / 100))
+                ids.append(self.next_id)
+                self.next_id += 1
+            elif kind < 0.75:
+                self.execute(f"UPDATE {TABLE} SET v = %s, s = %s WHERE id = %s",
+                             (self.rng.randrange(1000), f"upd {self.rng.random():.6f}", self.rng.choice(ids)))
+            elif kind < 0.8:
+                old = ids.pop(self.rng.randrange(len(ids)))
+                self.execute(f"UPDATE {TABLE} SET id = %s WHERE id = %s", (self.next_id, old))
+                ids.append(self.next_id)
+                self.next_id += 1
+            else:
+                self.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.pop(self.rng.randrange(len(ids))),))
 
     # ------------------------------------------------------------ trials
 
@@ -203,7 +221,7 @@ class KillHarness:
     def _kill_point(self, phase: str) -> tuple[re.Pattern, float]:
         if phase == "snapshot":
             waves = self.rng.randrange(1, 4)
-            return re.compile(rf"snapshot {TABLE}: {waves}/\d+ chunks"), self.rng.uniform(0, 0.4)
+            return re.compile(rf"snapshot {self.logged_table}: {waves}/\d+ chunks"), self.rng.uniform(0, 0.4)
         if phase == "bronze":
             return re.compile(rf"bronze src/{TABLE} batch \S+: appending"), self.rng.uniform(0, 2.5)
         if phase == "silver":
@@ -266,12 +284,12 @@ class KillHarness:
 
         from ingest.lake.merge import live_rows
 
-        cols = ", ".join(COLUMNS)
-        with self.root.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS('|', {cols}))), 0) FROM {TABLE}")
-            source_sum = tuple(int(x) for x in cur.fetchone())
-            cur.execute(f"SELECT {cols} FROM {TABLE}")
-            source = {r[0]: tuple(r) for r in cur.fetchall()}
+        import zlib
+
+        source_rows = self.source_rows()
+        source = {r[0]: r for r in source_rows}
+        source_sum = (len(source_rows), sum(zlib.crc32("|".join(str(v) for v in r if v is not None).encode())
+                                            for r in source_rows))
         paths = self._paths()
         silver = live_rows(self.spark.read.format("delta").load(paths["silver"]))
         row = silver.agg(F.count(F.lit(1)), F.coalesce(F.sum(F.crc32(F.concat_ws("|", *[
@@ -285,6 +303,36 @@ class KillHarness:
         trial.lost = len(source.keys() - keys.keys())
         trial.extra = len(keys.keys() - source.keys())
         trial.wrong = sum(1 for r in rows if r[0] in source and source[r[0]] != r)
+
+
+class PostgresKillHarness(KillHarness):
+    """The same trials on a `kind: postgres` source: its snapshot at an exported snapshot, its batches read
+    from the slot and confirmed by the sensor only after the batch log."""
+
+    logged_table = f"public.{TABLE}"
+
+    def write_sources(self, port: int, database: str, **source_settings) -> Path:
+        import yaml
+
+        path = self.workdir / "sources.yaml"
+        path.write_text(yaml.safe_dump({"sources": {"src": {
+            "kind": "postgres", "host": "127.0.0.1", "port": port, "user": "postgres",
+            "password_env": "INGEST_TEST_PG_PASSWORD", "database": database, "publication": "kh_pub",
+            "slot": "kh_slot", "tables": {"include": [TABLE]},
+            "snapshot": {"chunk_size": CHUNK, "parallelism": 2, "chunks_per_commit": 1}, **source_settings}}}))
+        return path
+
+    def create_table(self) -> None:
+        self.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, v int, s varchar(40), d numeric(12,2))")
+        self.execute(f"INSERT INTO {TABLE} SELECT g, g % 97, 'row ' || g, round(g / 8.0, 2) "
+                     f"FROM generate_series(1, {ROWS}) g")
+        self.execute(f"CREATE PUBLICATION kh_pub FOR TABLE {TABLE}")
+
+    def source_rows(self) -> list[tuple]:
+        return [tuple(r) for r in self.root.execute(f"SELECT {', '.join(COLUMNS)} FROM {TABLE}").fetchall()]
+
+    def execute(self, sql: str, args: tuple = ()) -> None:
+        self.root.execute(sql, args or None)
 
 
 # ---------------------------------------------------------------- recovery by the sensor alone

@@ -67,7 +67,8 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
     with params.connect() as conn:
         for chunk in chunks:
             lo, hi = (None if k is None else tuple(k) for k in (chunk["lo"], chunk["hi"]))
-            rows = read_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi)
+            rows = read_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi,
+                              spec["key_types"])
             if not rows:
                 continue
             values = list(zip(*rows))
@@ -97,10 +98,9 @@ class PgSnapshotWrite:
         from ingest.lake.datasource import register_reader
         from ingest.lake.tables import spark_ident
         from ingest.lake.write import append
-        from ingest.sources.mysql.chunks import key_from_json, key_to_json, plan_chunks
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
-        from ingest.sources.postgres.snapshot import boundaries
+        from ingest.sources.postgres.snapshot import boundaries, key_ranges
 
         started = time.monotonic()
         with self.params.connect() as conn:
@@ -115,7 +115,8 @@ class PgSnapshotWrite:
         resume = unfinished_snapshot(last.metadata if last else None, fingerprint)
         if resume:
             snapshot_id, wave_no, done = resume["snapshot_id"], resume["wave"] + 1, resume["chunks_done"]
-            log_start, start = Lsn.from_metadata(resume["log_start"]), key_from_json(resume["key_hi"])
+            log_start = Lsn.from_metadata(resume["log_start"])
+            start = None if resume["key_hi"] is None else tuple(resume["key_hi"])
             log(f"resuming snapshot {snapshot_id} of {self.table} at wave {wave_no}, key {start!r}")
         else:
             snapshot_id, wave_no, done, start = uuid.uuid4().hex[:12], 0, 0, None
@@ -128,8 +129,10 @@ class PgSnapshotWrite:
         with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
                 self.params.connect() as conn:
             log(f"snapshot {self.table}: reading at {at.consistent_point} (exported snapshot {at.snapshot})")
-            chunks = plan_chunks(boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start),
-                                 start, first_index=done)
+            # (index, lo, hi): keys stay in their text form, which JSON keeps as it is
+            chunks = [(done + i, lo, hi) for i, (lo, hi) in enumerate(key_ranges(
+                boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start,
+                           table.key_types()), start))]
             total = done + len(chunks)
             register_reader(spark, DATA_SOURCE_NAME, read_chunks, "groups")
             groups = waves(chunks, self.chunks_per_commit)
@@ -137,23 +140,23 @@ class PgSnapshotWrite:
                 n = max(1, min(self.parallelism, len(wave)))
                 spec = {"conn": {k: v for k, v in asdict(self.params).items() if k != "password"},
                         "snapshot": at.snapshot, "table": self.table, "key": list(table.primary_key),
+                        "key_types": list(table.key_types()),
                         "columns": [c.name for c in table.columns], "types": spec_types,
                         "pos": str(at.consistent_point.row_pos()),
-                        "groups": [[{"lo": key_to_json(c.lo), "hi": key_to_json(c.hi)} for c in wave[i::n]]
-                                   for i in range(n)]}
+                        "groups": [[{"lo": lo, "hi": hi} for _, lo, hi in wave[i::n]] for i in range(n)]}
                 df = (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
                       .option("password", self.params.password).load())
                 meta = {"kind": "snapshot", "source": self.source, "table": self.table, "snapshot_id": snapshot_id,
-                        "wave": wave_no + offset, "key_hi": key_to_json(wave[-1].hi),
+                        "wave": wave_no + offset, "key_hi": wave[-1][2],
                         "complete": offset == len(groups) - 1,
-                        "chunks_done": wave[-1].index + 1, "chunks_total": total, "log_start": log_start.to_metadata(),
+                        "chunks_done": wave[-1][0] + 1, "chunks_total": total, "log_start": log_start.to_metadata(),
                         "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
                         "key_columns": list(table.primary_key), "read_at": at.consistent_point.to_metadata()}
                 first = wave_no + offset == 0
                 outcome = append(df, path, meta, Txn(f"snapshot:{self.source}.{self.table}:{snapshot_id}",
                                                      wave_no + offset), overwrite=first, overwrite_schema=first)
                 rows += outcome.rows
-                log(f"snapshot {self.table}: {wave[-1].index + 1}/{total} chunks, {rows} rows")
+                log(f"snapshot {self.table}: {wave[-1][0] + 1}/{total} chunks, {rows} rows")
         seconds = time.monotonic() - started
         return {"rows": spark.read.format("delta").load(path).count(), "rows_read": rows, "seconds": round(seconds, 2),
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,

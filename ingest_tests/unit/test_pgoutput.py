@@ -154,3 +154,17 @@ def test_transactions_become_change_records_ordered_by_commit_and_a_key_move_is_
         (ChangeOp.DELETE, {"id": 2, "doc": None}), (ChangeOp.TRUNCATE, {})]
     assert [decode_pos(r.pos) for r in records] == [(Lsn(0x500), i) for i in range(1, 7)]  # the other table skipped
     assert {r.txid for r in records} == {"9"} and all(r.table == "public.t" for r in records)
+
+
+def test_batches_run_from_the_last_end_to_the_head_cut_at_most_max_bytes_of_wal():
+    from ingest.sources.postgres.cdc import plan_next_batch
+    from ingest.sources.postgres.positions import Lsn, LsnRange
+
+    assert plan_next_batch(None, None, Lsn(100)) is None  # no snapshot yet
+    assert plan_next_batch(Lsn(100), None, Lsn(100)) is None  # nothing since the last end
+    assert plan_next_batch(None, Lsn(40), Lsn(100)) == LsnRange(Lsn(40), Lsn(100))  # the first, from the snapshots
+    assert plan_next_batch(Lsn(40), Lsn(10), Lsn(100)) == LsnRange(Lsn(40), Lsn(100))  # the log wins
+    backlog = [plan_next_batch(Lsn(0), None, Lsn(250), max_bytes=100)]
+    while backlog[-1].end < Lsn(250):
+        backlog.append(plan_next_batch(backlog[-1].end, None, Lsn(250), max_bytes=100))
+    assert [(b.start.value, b.end.value) for b in backlog] == [(0, 100), (100, 200), (200, 250)]

@@ -68,13 +68,19 @@ def slot_state(conn, source: str, slot: str) -> SlotState:
                      None if safe is None else int(safe))
 
 
-def plan_next_batch(last_end: Lsn | None, first_start: Lsn | None, head: Lsn) -> LsnRange | None:
+MAX_BATCH_WAL_BYTES = 256 * 1024 * 1024
+"""The most WAL one batch spans: a backlog becomes several batches, so that a batch's changes fit in
+memory (a cut at any LSN falls between commits: a batch is the transactions committing before it)."""
+
+
+def plan_next_batch(last_end: Lsn | None, first_start: Lsn | None, head: Lsn,
+                    max_bytes: int = MAX_BATCH_WAL_BYTES) -> LsnRange | None:
     """The next batch: from the last logged end (or, before the first, the snapshots' start) to the
-    WAL head; None when nothing can have committed since (pure)."""
+    WAL head, at most `max_bytes` of WAL; None when nothing can have committed since (pure)."""
     start = last_end or first_start
     if start is None or head <= start:
         return None
-    return LsnRange(start, head)
+    return LsnRange(start, min(head, Lsn(start.value + max_bytes)))
 
 
 def check_readable(source: str, state: SlotState, batch: LsnRange) -> None:

@@ -51,6 +51,8 @@ class PgColumn:
     name: str
     type_oid: int
     type_modifier: int
+    sql_type: str = "text"
+    """The type as SQL spells it (format_type): a key's text form is cast back to it."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class PgTable:
     """schema.table"""
     columns: tuple[PgColumn, ...]
     primary_key: tuple[str, ...]
+
+    def key_types(self) -> tuple[str, ...]:
+        by_name = {c.name: c.sql_type for c in self.columns}
+        return tuple(by_name[k] for k in self.primary_key)
 
     def fingerprint(self) -> str:
         """Changes when a column is added, dropped or retyped, or the key changes: waves of a snapshot
@@ -76,7 +82,8 @@ class TableProblem(ValueError):
 
 
 _COLUMNS_SQL = """
-SELECT a.attname, a.atttypid, a.atttypmod, array_position(i.indkey::int2[], a.attnum)
+SELECT a.attname, a.atttypid, a.atttypmod, array_position(i.indkey::int2[], a.attnum),
+       format_type(a.atttypid, a.atttypmod)
 FROM pg_attribute a LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
 """
@@ -92,12 +99,12 @@ def describe_table(conn, table: str, source: str = "") -> PgTable:
                                "take it out of the source's tables")
         cur.execute(_COLUMNS_SQL, (oid,))
         rows = cur.fetchall()
-    key = tuple(name for name, _, _, place in sorted((r for r in rows if r[3] is not None), key=lambda r: r[3]))
+    key = tuple(r[0] for r in sorted((r for r in rows if r[3] is not None), key=lambda r: r[3]))
     if not key:
         raise TableProblem(f"{source + ': ' if source else ''}table {table} has no primary key: snapshot chunks and "
                            "the merge into silver go by it. Fix: ALTER TABLE ... ADD PRIMARY KEY, or take the table "
                            "out of the source's tables")
-    return PgTable(table, tuple(PgColumn(n, oid_, mod) for n, oid_, mod, _ in rows), key)
+    return PgTable(table, tuple(PgColumn(n, oid_, mod, sql_type) for n, oid_, mod, _, sql_type in rows), key)
 
 
 def contracts_of(conn, table: PgTable) -> list[ColumnType]:

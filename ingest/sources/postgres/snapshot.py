@@ -24,11 +24,12 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple | None, hi: tuple | None
-              ) -> tuple[str, list[Any]]:
-    """The chunk's SELECT (row comparisons, which PostgreSQL turns into index ranges) and its parameters."""
+def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple | None, hi: tuple | None,
+              key_types: Sequence[str] | None = None) -> tuple[str, list[Any]]:
+    """The chunk's SELECT (row comparisons, which PostgreSQL turns into index ranges) and its parameters.
+    Bounds are the keys' text forms, cast to `key_types` (default: as the server infers them)."""
     keys = "(" + ", ".join(ident(k) for k in key) + ")"
-    marks = "(" + ", ".join(["%s"] * len(key)) + ")"
+    marks = key_marks(len(key), key_types)
     where, params = [], []
     if lo is not None:
         where.append(f"{keys} >= {marks}")
@@ -41,23 +42,30 @@ def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple 
     return sql, params
 
 
+def key_marks(n: int, key_types: Sequence[str] | None) -> str:
+    """(%s::type, ...): a bound's text form cast to its key column's type."""
+    types = key_types or [None] * n
+    return "(" + ", ".join("%s" + (f"::{t}" if t else "") for t in types) + ")"
+
+
 def read_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Sequence[str],
-               lo: tuple | None, hi: tuple | None) -> list[tuple[str | None, ...]]:
+               lo: tuple | None, hi: tuple | None, key_types: Sequence[str] | None = None
+               ) -> list[tuple[str | None, ...]]:
     """The chunk's rows as the server's text, at `snapshot` (`conn` in autocommit: the chunk's own
     transaction must begin with the snapshot)."""
-    return at_snapshot(conn, snapshot, *chunk_sql(table, columns, key, lo, hi))
+    return at_snapshot(conn, snapshot, *chunk_sql(table, columns, key, lo, hi, key_types))
 
 
 def boundaries(conn, snapshot: str, table: str, key: Sequence[str], chunk_size: int,
-               start: tuple | None = None) -> list[tuple[str, ...]]:
-    """Every chunk_size-th key from `start` on, at `snapshot`, as text (the server casts it back in the
+               start: tuple | None = None, key_types: Sequence[str] | None = None) -> list[tuple[str, ...]]:
+    """Every chunk_size-th key from `start` on, at `snapshot`, as text (cast back to `key_types` in the
     chunks' comparisons): one ordered pass over the primary key's index."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1: {chunk_size}")
     keys = ", ".join(ident(k) for k in key)
     where, params = "", []
     if start is not None:
-        where = f" WHERE ({keys}) >= ({', '.join(['%s'] * len(key))})"
+        where = f" WHERE ({keys}) >= {key_marks(len(key), key_types)}"
         params = list(start)
     sql = (f"SELECT {keys} FROM (SELECT {keys}, row_number() OVER (ORDER BY {keys}) AS _rn FROM {qualified(table)}"
            f"{where}) k WHERE _rn > 1 AND (_rn - 1) %% %s = 0 ORDER BY _rn")
@@ -76,6 +84,13 @@ def at_snapshot(conn, snapshot: str, sql: str, params: Sequence[Any]) -> list[tu
             result = cur.pgresult
             return [tuple(None if (v := result.get_value(r, c)) is None else v.decode() for c in range(result.nfields))
                     for r in range(result.ntuples)]
+
+
+def key_ranges(bounds: Sequence[tuple], start: tuple | None) -> list[tuple[tuple | None, tuple | None]]:
+    """Half-open key ranges [lo, hi) from `start` (None: the first key) split at `bounds`, the last open
+    (pure). The bounds are in the server's order, which text forms need not share: none is compared here."""
+    edges: list[tuple | None] = [start, *bounds, None]
+    return list(zip(edges, edges[1:]))
 
 
 def _snapshot_id(snapshot: str) -> str:

@@ -1,0 +1,145 @@
+"""PostgreSQL: the snapshot against Spark's JDBC reader, and change batches against a bare pgoutput reader.
+
+    pg_snapshot_<N>_vs_jdbc   ours: PgSnapshotWrite (chunks at an exported snapshot, on executors) into Delta;
+                              baseline: spark.read.jdbc with the PostgreSQL driver, split on the key, into Delta
+    pg_cdc_<N>_events         ours: every batch the sensor would cut, read from the slot into bronze, then merged
+                              into silver; baseline: psycopg draining the same range of pgoutput messages from
+                              the slot (pg_logical_slot_peek_binary_changes, no decoding)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bench.common import Result, free_port
+from bench.mysql_bench import _label
+
+TABLE_DDL = ("(id bigint PRIMARY KEY, customer int NOT NULL, note text, amount numeric(12,2), "
+             "created timestamptz NOT NULL, tags text[])")
+FILL = ("SELECT g, g % 1000, 'note ' || g, g * 0.01, '2026-01-01 00:00+00'::timestamptz + g * interval '1 second', "
+        "ARRAY['a', 'b'] FROM generate_series({lo}, {hi}) g")
+
+
+def load(conn, table: str, rows: int) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"CREATE TABLE {table} {TABLE_DDL}")
+    step = 1_000_000
+    for lo in range(1, rows + 1, step):
+        conn.execute(f"INSERT INTO {table} " + FILL.format(lo=lo, hi=min(rows, lo + step - 1)))
+    conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def our_snapshot(spark, params, table: str, path: str, log) -> tuple[float, int]:
+    from ingest.adapters.postgres import PgSnapshotWrite
+
+    started = time.perf_counter()
+    meta = PgSnapshotWrite("bench", params, "bench_slot", f"public.{table}", 100_000, 2, 16).apply(
+        spark, path, lambda _m: None)
+    return time.perf_counter() - started, meta["rows"]
+
+
+def jdbc_snapshot(spark, params, table: str, rows: int, path: str) -> float:
+    started = time.perf_counter()
+    df = spark.read.jdbc(f"jdbc:postgresql://{params.host}:{params.port}/{params.database}", table, column="id",
+                         lowerBound=1, upperBound=rows + 1, numPartitions=2,
+                         properties={"user": params.user, "password": params.password,
+                                     "driver": "org.postgresql.Driver", "fetchsize": "10000"})
+    df.write.format("delta").mode("overwrite").save(path)
+    return time.perf_counter() - started
+
+
+def write_changes(conn, table: str, events: int, txn_rows: int = 5_000) -> None:
+    """A third inserts, a third updates of them, a third deletes, in transactions of `txn_rows` rows."""
+    third = events // 3
+    for lo in range(1, third + 1, txn_rows):
+        conn.execute(f"INSERT INTO {table} " + FILL.format(lo=lo, hi=min(third, lo + txn_rows - 1)))
+    for lo in range(1, third + 1, txn_rows):
+        conn.execute(f"UPDATE {table} SET amount = amount + 1 WHERE id BETWEEN {lo} AND {min(third, lo + txn_rows - 1)}")
+    for lo in range(1, events - 2 * third + 1, txn_rows):
+        conn.execute(f"DELETE FROM {table} WHERE id BETWEEN {lo} AND {min(events - 2 * third, lo + txn_rows - 1)}")
+
+
+def drain(conn, slot: str, publication: str, upto) -> tuple[float, int]:
+    """The source's limit: every pgoutput message of the range, fetched and not decoded."""
+    from ingest.sources.postgres.slot import peek
+
+    started = time.perf_counter()
+    n = sum(1 for _ in peek(conn, slot, publication, upto))
+    return time.perf_counter() - started, n
+
+
+def our_cdc(spark, conn, table: str, lake: Path, start, head, log) -> tuple[float, int, int]:
+    from ingest.lake.bronze import bronze_writes
+    from ingest.lake.silver import SilverFromBatch
+    from ingest.lake.tables import LakeTable
+    from ingest.sources.postgres.cdc import plan_next_batch, read_change_batch
+
+    quiet = lambda _m: None  # noqa: E731
+    started = time.perf_counter()
+    snap, bronze, silver = (str(lake / f"{table}_{n}") for n in ("snap", "bronze", "silver"))
+    last_end, changes, batches = None, 0, 0
+    while (batch := plan_next_batch(last_end, start, head)) is not None:
+        got = read_change_batch(conn, "bench", "bench_slot", "bench_pub", batch, [f"public.{table}"])
+        for write in bronze_writes("bench", got).values():
+            write.apply(spark, bronze, quiet)
+            changes += len(write.records)
+        SilverFromBatch("bench", table, LakeTable(spark, bronze, batch.key), LakeTable(spark, snap),
+                        batch_required=False).apply(spark, silver, quiet)
+        batches += 1
+        last_end = batch.end
+        log(f"batch {batches} {batch.key}: {changes:,} changes so far, {time.perf_counter() - started:.1f} s")
+    return time.perf_counter() - started, changes, batches
+
+
+def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -> list[Result]:
+    from ingest.adapters.postgres import PgParams
+    from ingest.localdev.postgres import PostgresServer
+    from ingest.sources.postgres.slot import advance, current_lsn
+
+    server = PostgresServer(free_port(), base=work / "pg", settings={"shared_buffers": "1GB",
+                                                                      "max_wal_size": "4GB"}).start()
+    try:
+        params = PgParams(server.host, server.port, server.user, server.password, "postgres")
+        with server.connect() as conn:
+            label = _label(rows)
+            log(f"loading {rows:,} rows into snap_{label}")
+            load(conn, "warm", 20_000)
+            load(conn, f"snap_{label}", rows)
+            log("warming up both Spark paths on a small table")
+            our_snapshot(spark, params, "warm", str(lake / "pg_warm_ours"), log)
+            jdbc_snapshot(spark, params, "warm", 20_000, str(lake / "pg_warm_jdbc"))
+            ours_s, ours_rows = our_snapshot(spark, params, f"snap_{label}", str(lake / "pg_snap_ours"), log)
+            assert ours_rows == rows, (ours_rows, rows)
+            log(f"ours {ours_s:.1f} s")
+            jdbc_s = jdbc_snapshot(spark, params, f"snap_{label}", rows, str(lake / "pg_snap_jdbc"))
+            assert spark.read.format("delta").load(str(lake / "pg_snap_jdbc")).count() == rows
+            log(f"jdbc {jdbc_s:.1f} s")
+
+            # change batches: the table's snapshot first (it creates the slot), then the load
+            conn.execute(f"DROP TABLE IF EXISTS snap_{label}")
+            load(conn, "cdc", 0)
+            conn.execute("CREATE PUBLICATION bench_pub FOR TABLE cdc")
+            our_snapshot(spark, params, "cdc", str(lake / "cdc_snap"), log)
+            start = current_lsn(conn)
+            advance(conn, "bench_slot", start)  # both readers decode from here, not from the loads above
+            log(f"writing {events:,} row changes")
+            write_changes(conn, "cdc", events)
+            head = current_lsn(conn)
+            drain_s, messages = drain(conn, "bench_slot", "bench_pub", head)
+            log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
+            cdc_s, changes, batches = our_cdc(spark, conn, "cdc", lake, start, head, log)
+            assert changes == events, (changes, events)
+        details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, "chunk_size": 100_000,
+                        "parallelism": 2, "chunks_per_commit": 16}
+        details_cdc = {"events": events, "batches": batches, "ours_seconds": cdc_s, "drain_seconds": drain_s,
+                       "messages": messages, "wal_bytes": head.value - start.value}
+        return [
+            Result(f"pg_snapshot_{label}_vs_jdbc", rows / ours_s, "spark_jdbc_postgresql_to_delta", rows / jdbc_s,
+                   "rows/s", target=1.0, details=details_snap),
+            Result(f"pg_cdc_{_label(events)}_events", events / cdc_s, "psycopg_pgoutput_drain", events / drain_s,
+                   "events/s", target=1.0, details=details_cdc),
+        ]
+    finally:
+        server.stop()
+
