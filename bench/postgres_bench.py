@@ -79,17 +79,25 @@ def our_cdc(spark, conn, table: str, lake: Path, start, head, log) -> tuple[floa
     started = time.perf_counter()
     snap, bronze, silver = (str(lake / f"{table}_{n}") for n in ("snap", "bronze", "silver"))
     last_end, changes, batches = None, 0, 0
+    phases = {"read": 0.0, "bronze": 0.0, "silver": 0.0}
     while (batch := plan_next_batch(last_end, start, head)) is not None:
+        t0 = time.perf_counter()
         got = read_change_batch(conn, "bench", "bench_slot", "bench_pub", batch, [f"public.{table}"])
+        t1 = time.perf_counter()
         for write in bronze_writes("bench", got).values():
             write.apply(spark, bronze, quiet)
             changes += len(write.records)
+        t2 = time.perf_counter()
         SilverFromBatch("bench", table, LakeTable(spark, bronze, batch.key), LakeTable(spark, snap),
                         batch_required=False).apply(spark, silver, quiet)
+        phases["read"] += t1 - t0
+        phases["bronze"] += t2 - t1
+        phases["silver"] += time.perf_counter() - t2
         batches += 1
         last_end = batch.end
-        log(f"batch {batches} {batch.key}: {changes:,} changes so far, {time.perf_counter() - started:.1f} s")
-    return time.perf_counter() - started, changes, batches
+        log(f"batch {batches} {batch.key}: {changes:,} changes so far, {time.perf_counter() - started:.1f} s "
+            f"(read {t1 - t0:.1f} s, bronze {t2 - t1:.1f} s, silver {time.perf_counter() - t2:.1f} s)")
+    return time.perf_counter() - started, changes, batches, phases
 
 
 def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -> list[Result]:
@@ -97,12 +105,12 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
     from ingest.localdev.postgres import PostgresServer
     from ingest.sources.postgres.slot import advance, current_lsn
 
-    server = PostgresServer(free_port(), base=work / "pg", settings={"shared_buffers": "1GB",
+    server = PostgresServer(free_port(), settings={"shared_buffers": "1GB",  # its own temp folder: postgres owns it
                                                                       "max_wal_size": "4GB"}).start()
     try:
         params = PgParams(server.host, server.port, server.user, server.password, "postgres")
         with server.connect() as conn:
-            label = _label(rows)
+            label = _label(rows).lower()
             log(f"loading {rows:,} rows into snap_{label}")
             load(conn, "warm", 20_000)
             load(conn, f"snap_{label}", rows)
@@ -128,14 +136,15 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
             head = current_lsn(conn)
             drain_s, messages = drain(conn, "bench_slot", "bench_pub", head)
             log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
-            cdc_s, changes, batches = our_cdc(spark, conn, "cdc", lake, start, head, log)
+            cdc_s, changes, batches, phases = our_cdc(spark, conn, "cdc", lake, start, head, log)
             assert changes == events, (changes, events)
         details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, "chunk_size": 100_000,
                         "parallelism": 2, "chunks_per_commit": 16}
         details_cdc = {"events": events, "batches": batches, "ours_seconds": cdc_s, "drain_seconds": drain_s,
-                       "messages": messages, "wal_bytes": head.value - start.value}
+                       "messages": messages, "wal_bytes": head.value - start.value,
+                       **{f"{k}_seconds": round(v, 2) for k, v in phases.items()}}
         return [
-            Result(f"pg_snapshot_{label}_vs_jdbc", rows / ours_s, "spark_jdbc_postgresql_to_delta", rows / jdbc_s,
+            Result(f"pg_snapshot_{_label(rows)}_vs_jdbc", rows / ours_s, "spark_jdbc_postgresql_to_delta", rows / jdbc_s,
                    "rows/s", target=1.0, details=details_snap),
             Result(f"pg_cdc_{_label(events)}_events", events / cdc_s, "psycopg_pgoutput_drain", events / drain_s,
                    "events/s", target=1.0, details=details_cdc),

@@ -85,3 +85,23 @@ def retention_headroom(end_seq: int, oldest_seq: int, head_seq: int, expiry_seco
         return Verdict(True, f"no expiry set: the server purges binlogs only by hand ({end_seq - oldest_seq} "
                        "file(s) kept before the committed end)", meta)
     return Verdict(True, f"{end_seq - oldest_seq} binlog file(s) kept before the committed end", meta)
+
+
+def slot_headroom(slot: str, wal_status: str | None, retained_bytes: int, safe_wal_bytes: int | None,
+                  at_risk_bytes: int = 64 * 1024 * 1024) -> Verdict:
+    """A PostgreSQL source's slot and the WAL the server keeps for it (`wal_status` None: no such slot).
+    Gone: the next batch cannot run. At risk: the server may invalidate the slot at its next checkpoint
+    (`unreserved`, or less than `at_risk_bytes` of WAL before max_slot_wal_keep_size)."""
+    mib = 1024 * 1024
+    meta = {"slot": slot, "wal_status": wal_status or "missing", "retained_wal_mib": round(retained_bytes / mib, 1),
+            **({"safe_wal_mib": round(safe_wal_bytes / mib, 1)} if safe_wal_bytes is not None else {})}
+    if wal_status is None or wal_status == "lost":
+        return Verdict(False, f"GONE: replication slot {slot} {'does not exist' if wal_status is None else 'was invalidated'}"
+                       ": the changes since the last batch are no longer on the server. Fix: re-snapshot the source's "
+                       "tables", meta)
+    if wal_status == "unreserved" or (safe_wal_bytes is not None and safe_wal_bytes < at_risk_bytes):
+        return Verdict(False, f"AT RISK: slot {slot} keeps {retained_bytes / mib:.0f} MiB of WAL and the server may "
+                       "invalidate it at its next checkpoint (max_slot_wal_keep_size). Fix: let the batches catch up "
+                       "(is the sensor on?), or raise max_slot_wal_keep_size", meta, warn_only=True)
+    limit = "no limit set" if safe_wal_bytes is None else f"{safe_wal_bytes / mib:.0f} MiB more allowed"
+    return Verdict(True, f"slot {slot} keeps {retained_bytes / mib:.0f} MiB of WAL ({limit})", meta)

@@ -23,7 +23,7 @@ silver holds that the source deleted (extra) and rows with other values
 Short form: `ingest_tests/integration/test_kill_harness.py` (8 trials, in
 `bin/test`). Long form, with its own MariaDB and Spark:
 
-    .venv/bin/python -m ingest_tests.kill_harness --trials 100 [--seed N]
+    .venv/bin/python -m ingest_tests.kill_harness --trials 100 [--seed N] [--postgres]
 """
 
 from __future__ import annotations
@@ -541,8 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--sensor", action="store_true",
                         help="kill or cancel runs the daemon's sensor launched; only the sensor recovers")
+    parser.add_argument("--postgres", action="store_true", help="the trials on a kind: postgres source")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(10 ** 6)
+    if args.postgres:
+        return _postgres_main(args.trials, seed)
 
     from ingest.lake.connect import start_local, stop_local
     from ingest.lake.spark import spark_session
@@ -567,6 +570,32 @@ def main(argv: list[str] | None = None) -> int:
                     (SensorRecoveryHarness if args.sensor else KillHarness)(
                         spark, root, server.port, "killh", work / "run", seed) as harness:
                 report = harness.run(args.trials)
+            print(report.summary())
+            return 0 if all(t.clean for t in report.trials) else 1
+        finally:
+            stop_local(work / "spark")
+            server.stop()
+
+
+def _postgres_main(trials: int, seed: int) -> int:
+    from ingest.lake.connect import start_local, stop_local
+    from ingest.lake.spark import spark_session
+    from ingest.localdev.postgres import PostgresServer
+    from ingest_tests.conftest import free_port
+
+    with tempfile.TemporaryDirectory(prefix="kill-harness-") as tmp:
+        work = Path(tmp)
+        server = PostgresServer(free_port()).start()
+        try:
+            os.environ["INGEST_TEST_PG_PASSWORD"] = server.password
+            state = start_local(work / "spark", {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+            os.environ["INGEST_SPARK_REMOTE"] = state.url
+            spark = spark_session(state.url)
+            (work / "run").mkdir()
+            database = server.create_database("killh")
+            with server.connect(database) as root, \
+                    PostgresKillHarness(spark, root, server.port, database, work / "run", seed) as harness:
+                report = harness.run(trials)
             print(report.summary())
             return 0 if all(t.clean for t in report.trials) else 1
         finally:

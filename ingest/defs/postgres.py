@@ -6,7 +6,7 @@ source's slot into bronze, silver and the batch log, through the same batch step
 import time
 
 from dagster import (
-    AssetExecutionContext, AssetKey, AssetSelection, AssetsDefinition, DefaultSensorStatus,
+    AssetCheckKey, AssetExecutionContext, AssetKey, AssetSelection, AssetsDefinition, DefaultSensorStatus,
     DynamicPartitionsDefinition, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, asset, sensor,
 )
 
@@ -16,6 +16,7 @@ from ingest.defs.factory import BatchAssetText, change_batch_asset, table_key
 from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
 
 KINDS = {"postgres", "delta", "spark"}
+HEADROOM = "slot_headroom"
 EMPTY_BATCH_BYTES = 64 * 1024 * 1024
 """WAL the slot may hold for activity outside the source's tables before an empty batch lets the server
 release it (a batch with no changes costs a batch-log row)."""
@@ -152,11 +153,67 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                                   f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)")
         context.update_cursor(f"{batch.key}@{time.time():.0f}")
         return SensorResult(
-            run_requests=[batch_request(context.instance, batch.key, "", tags, batch_assets, [check_key(log_key)],
+            run_requests=[batch_request(context.instance, batch.key, "", tags, batch_assets,
+                                        [check_key(log_key), AssetCheckKey(log_key, HEADROOM)],
                                         max_runtime=source.cdc.max_run_seconds)],
             dynamic_partitions_requests=[partitions.build_add_request([batch.key])])
 
     return _sensor
+
+
+def headroom_check(name: str, source: PostgresSource, log_key: AssetKey):
+    from dagster import AssetCheckExecutionContext, AssetCheckResult, asset_check
+
+    slot = source.slot_name(name)
+
+    @asset_check(asset=log_key, name=HEADROOM,
+                 description=f"Replication slot {slot} exists and the server is not about to invalidate it: the WAL "
+                             "it keeps (pg_replication_slots: wal_status, safe_wal_size). Gone or at risk names the fix.")
+    def _headroom(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        from ingest.checks import slot_headroom
+        from ingest.defs.checks import _result
+        from ingest.sources.postgres.cdc import slot_row
+
+        with pg_params(source).connect() as conn:
+            row = slot_row(conn, slot)
+        if row is None:
+            return _result(slot_headroom(slot, None, 0, None))
+        _, wal_status, _, retained, safe, _ = row
+        return _result(slot_headroom(slot, wal_status, int(retained or 0), None if safe is None else int(safe)))
+
+    return _headroom
+
+
+def freshness_check(name: str, source: PostgresSource, table: str, lake_root: str):
+    from dagster import AssetCheckExecutionContext, AssetCheckResult, asset_check
+
+    slot = source.slot_name(name)
+
+    @asset_check(asset=table_key(name, table), name="freshness", required_resource_keys={"lake"},
+                 description=f"Fails when the source has changes silver may lack (a transaction on a table of "
+                             f"source {name} after the batch log's end) and silver last merged more than "
+                             f"{source.cdc.max_lag_seconds} s ago (cdc.max_lag_seconds).")
+    def _freshness(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        import datetime as dt
+
+        from ingest.checks import freshness
+        from ingest.defs.checks import _result
+        from ingest.defs.sensors import logged
+        from ingest.lake.commits import last_commit
+        from ingest.sources.postgres.cdc import confirm, slot_state
+        from ingest.sources.postgres.positions import Lsn
+        from ingest.sources.postgres.slot import has_changes
+
+        merged = last_commit(context.resources.lake.path_for(table_key(name, table)), kind="silver")
+        since = (dt.datetime.now() - merged.timestamp).total_seconds() if merged else None  # Delta: local, naive
+        end = logged(source_batch_log_location(lake_root, name), Lsn.from_metadata).end
+        with pg_params(source).connect() as conn:
+            if end is not None:
+                confirm(conn, name, slot, end)  # as the sensor does: the slot then holds only what the log lacks
+            ahead = end is None or has_changes(conn, slot, source.publication, slot_state(conn, name, slot).head)
+        return _result(freshness(ahead, since, source.cdc.max_lag_seconds))
+
+    return _freshness
 
 
 def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
@@ -174,4 +231,5 @@ def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
     assets = [*(snapshot_asset(name, source, t) for t in tables), batch_asset(name, source, tables, partitions)]
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     return assets, slot_sensor(name, source, tables, partitions, lake_root), \
-        [contiguity_check(log_key, Lsn.from_metadata, compare, str)]
+        [contiguity_check(log_key, Lsn.from_metadata, compare, str), headroom_check(name, source, log_key),
+         *(freshness_check(name, source, t, lake_root) for t in tables)]

@@ -75,6 +75,11 @@ class PostgresServer(LoopbackServer):
         self.base.mkdir(parents=True, exist_ok=True)
         if self.as_root:
             shutil.chown(self.base, OS_USER, OS_USER)
+            reach = subprocess.run(["runuser", "-u", OS_USER, "--", "test", "-w", str(self.base)], capture_output=True)
+            if reach.returncode != 0:
+                raise RuntimeError(f"{self.base}: the {OS_USER} user, which runs the server (PostgreSQL refuses root), "
+                                   "cannot reach it: a parent folder is closed to other users. Fix: open the parents "
+                                   "(chmod o+x), or put the data elsewhere (--base, e.g. under /tmp)")
         if not (self.datadir / "PG_VERSION").exists():
             pwfile = self.base / "initdb.pw"
             pwfile.write_text(self.password)

@@ -77,3 +77,21 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")
     result = harness.tick()
     assert not isinstance(result, SensorResult) or not result.run_requests
+
+    fresh = harness.check("customers", "freshness")
+    assert fresh.passed and fresh.metadata["lag_seconds"].value == 0  # silver has every change
+    with pg.connect() as conn:
+        conn.execute("UPDATE customers SET name = 'pending' WHERE id = 4")
+    behind = harness.check("customers", "freshness")
+    assert behind.passed and "behind the source" in behind.description  # within max_lag_seconds
+
+    healthy = harness.check("_batch_log", "slot_headroom")
+    assert healthy.passed and healthy.metadata["wal_status"].value == "reserved"
+    with pg.connect() as conn:
+        conn.execute("SELECT pg_drop_replication_slot('pgshop_slot')")
+    gone = harness.check("_batch_log", "slot_headroom")
+    assert not gone.passed and "GONE: replication slot pgshop_slot does not exist" in gone.description
+    with pg.connect() as conn:
+        conn.execute("INSERT INTO customers VALUES (999, 'after the slot went')")
+    with pytest.raises(Exception, match=r"'pgshop_slot' does not exist.*Fix: re-snapshot"):
+        harness.tick()  # the sensor says why the source stopped; nothing was committed

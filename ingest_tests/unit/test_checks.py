@@ -62,3 +62,16 @@ def test_retention_headroom():
     assert not at_risk.passed and at_risk.warn_only
     gone = retention_headroom(end_seq=5, oldest_seq=6, head_seq=7)
     assert not gone.passed and not gone.warn_only and "GONE" in gone.description
+
+
+def test_slot_headroom_names_a_gone_or_invalidated_slot_and_warns_before_the_limit():
+    from ingest.checks import slot_headroom
+
+    mib = 1024 * 1024
+    assert not slot_headroom("s", None, 0, None).passed and "does not exist" in slot_headroom("s", None, 0, None).description
+    lost = slot_headroom("s", "lost", 0, None)
+    assert not lost.passed and not lost.warn_only and "invalidated" in lost.description
+    for risky in (slot_headroom("s", "unreserved", 900 * mib, 10 * mib), slot_headroom("s", "reserved", mib, 10 * mib)):
+        assert not risky.passed and risky.warn_only and "max_slot_wal_keep_size" in risky.description
+    fine = slot_headroom("s", "reserved", 5 * mib, None)
+    assert fine.passed and "no limit set" in fine.description and fine.metadata["retained_wal_mib"] == 5.0

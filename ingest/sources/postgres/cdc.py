@@ -46,11 +46,16 @@ FROM pg_replication_slots WHERE slot_name = %s AND database = current_database()
 """
 
 
-def slot_state(conn, source: str, slot: str) -> SlotState:
-    """The slot's positions and headroom; SlotLost when it cannot give the changes the lake needs."""
+def slot_row(conn, slot: str) -> tuple | None:
+    """The slot's confirmed LSN, wal_status, plugin, retained and safe WAL bytes and the WAL head (None: no slot)."""
     with conn.cursor() as cur:
         cur.execute(_SLOT_SQL, (slot,))
-        row = cur.fetchone()
+        return cur.fetchone()
+
+
+def slot_state(conn, source: str, slot: str) -> SlotState:
+    """The slot's positions and headroom; SlotLost when it cannot give the changes the lake needs."""
+    row = slot_row(conn, slot)
     fix = (f"Fix: re-snapshot the tables of source {source} (materialize their snapshot assets): the "
            "snapshot creates the slot again and change batches start from it")
     if row is None:
@@ -114,7 +119,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
         newest = txn.begin.commit_time
         for record in change_records([txn], wanted, contracts):
             per_table.setdefault(record.table, TableChanges([], [])).records.append(record)
-        for relation in dict.fromkeys(rel for rel, _ in txn.changes):
+        for relation in {id(rel): rel for rel, _ in txn.changes}.values():
             if (name := table_name(relation)) in wanted:
                 seen = columns.setdefault(name, {})
                 seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
@@ -141,11 +146,17 @@ class _Contracts:
     def __init__(self, conn) -> None:
         self.conn = conn
         self.known: dict[tuple, list[ColumnType]] = {}
+        self.seen: dict[int, tuple[Relation, list[ColumnType]]] = {}
+        """By the RELATION message object every change of a table shares (hashing it per change is slow)."""
 
     def __call__(self, relation: Relation) -> list[ColumnType]:
+        seen = self.seen.get(id(relation))
+        if seen is not None and seen[0] is relation:
+            return seen[1]
         shape = (relation.oid, relation.columns)
         if shape not in self.known:
             types = types_of(self.conn, [c.type_oid for c in relation.columns])
             self.known[shape] = [types[c.type_oid].contract(c.type_modifier) for c in relation.columns]
+        self.seen[id(relation)] = (relation, self.known[shape])
         return self.known[shape]
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ingest.sources.findings import FAIL, OK, Finding
+from ingest.sources.postgres.schema import quoted
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def gather(conn, publication: str, tables: Sequence[str]) -> tuple[ServerFacts, 
     server = ServerFacts(wal_level, max_slots, used, bool(can_replicate), pub is not None, bool(pub and pub[0]))
     facts = []
     for name in tables:
-        oid = one("SELECT to_regclass(%s)::oid", name)[0]
+        oid = one("SELECT to_regclass(%s)::oid", quoted(name))[0]
         if oid is None:
             facts.append(TableFacts(name, False))
             continue

@@ -92,7 +92,7 @@ WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum
 def describe_table(conn, table: str, source: str = "") -> PgTable:
     """The table's columns and primary key from the catalog (`table` as schema.table)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT to_regclass(%s)::oid", (table,))
+        cur.execute("SELECT to_regclass(%s)::oid", (quoted(table),))
         oid = cur.fetchone()[0]
         if oid is None:
             raise TableProblem(f"{source + ': ' if source else ''}table {table} does not exist. Fix: create it, or "
@@ -110,3 +110,10 @@ def describe_table(conn, table: str, source: str = "") -> PgTable:
 def contracts_of(conn, table: PgTable) -> list[ColumnType]:
     types = types_of(conn, [c.type_oid for c in table.columns])
     return [types[c.type_oid].contract(c.type_modifier) for c in table.columns]
+
+
+def quoted(table: str) -> str:
+    """schema.table as SQL names it exactly (each part double-quoted): names are case-sensitive, as in
+    the stream's RELATION messages."""
+    schema, _, name = table.partition(".")
+    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))

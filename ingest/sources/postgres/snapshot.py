@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ingest.sources.postgres.schema import set_session
+from ingest.sources.postgres.schema import quoted, set_session
 
 
 def qualified(table: str) -> str:
     """'schema.table' with each part double-quoted."""
-    schema, _, name = table.partition(".")
-    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+    return quoted(table)
 
 
 def ident(name: str) -> str:

@@ -83,6 +83,9 @@ def to_date(text: str) -> dt.date:
 _TZ_RE = re.compile(r"([+-]\d{2})(:?\d{2})?(:?\d{2})?$")
 
 
+ZERO = dt.timedelta(0)
+
+
 def _iso(text: str) -> str:
     """The server's ISO timestamp text in a form datetime.fromisoformat takes (offsets '+05' -> '+05:00')."""
     match = _TZ_RE.search(text)
@@ -102,7 +105,11 @@ def to_timestamp(text: str) -> dt.datetime:
 
 def to_instant(text: str) -> dt.datetime:
     try:
-        return dt.datetime.fromisoformat(_iso(text)).astimezone(dt.timezone.utc)
+        try:  # Python 3.11 takes the server's '+00' offsets as they are; 3.10 needs them as '+00:00'
+            value = dt.datetime.fromisoformat(text)
+        except ValueError:
+            value = dt.datetime.fromisoformat(_iso(text))
+        return value if value.utcoffset() == ZERO else value.astimezone(dt.timezone.utc)
     except ValueError:
         raise ValueOutOfContract(f"timestamptz {text!r} is outside what Delta's timestamp holds") from None
 
@@ -116,6 +123,8 @@ def array_items(text: str) -> list[str | None]:
     body, items, i = text[1:-1], [], 0
     if not body:
         return []
+    if '"' not in body and "{" not in body:  # the common case: no quoted element, no nesting
+        return [None if raw == "NULL" else raw for raw in body.split(",")]
     while i <= len(body):
         if i < len(body) and body[i] == "{":
             raise ValueOutOfContract("a multi-dimensional array: only one-dimensional arrays land as arrays")
