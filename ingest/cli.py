@@ -139,18 +139,18 @@ def resnapshot(args) -> int:
 
 
 def status(args) -> int:
-    from ingest.config import DynamoDBSource, MySQLSource, load_config
+    from ingest.config import MySQLSource, PostgresSource, load_config
     from ingest.lake.storage import spark_lake_root
-    from ingest.status import format_table, source_position, table_status
+    from ingest.status import format_table, slot_position, source_position, table_status
 
     # the Delta logs are read as files (local or S3, see lake/deltalog.py): no Spark, an answer in seconds
     selected = select_tables(load_config(args.sources), args.source, args.table)
     lake = spark_lake_root(args.lake)
-    states = {name: (source_position(src) if isinstance(src, MySQLSource) else
-                     f"n/a ({'DynamoDB' if isinstance(src, DynamoDBSource) else 'PostgreSQL'})")
+    states = {name: (source_position(src) if isinstance(src, MySQLSource) else slot_position(name, src)
+                     if isinstance(src, PostgresSource) else "n/a (DynamoDB)")
               for name, src, _ in selected}
-    rows = [table_status(lake, name, t, states[name], binlog=isinstance(src, MySQLSource))
-            for name, src, t in selected]
+    rows = [table_status(lake, name, t, states[name], binlog=isinstance(src, MySQLSource),
+                         lsn=isinstance(src, PostgresSource)) for name, src, t in selected]
     print(format_table(rows))
     return 0
 

@@ -74,9 +74,10 @@ def headroom(oldest_log: str, end: BinlogPosition, expiry_seconds: int | None = 
     return kept
 
 
-def table_status(lake_root: str, name: str, table: str, source_state, binlog: bool) -> TableStatus:
-    """One table: `source_state` is a MySQL source's (binlog head, oldest binlog), or a text to show instead
-    (the source did not answer; a DynamoDB source). `binlog`: positions are binlog positions (MySQL); a
+def table_status(lake_root: str, name: str, table: str, source_state, binlog: bool, lsn: bool = False) -> TableStatus:
+    """One table: `source_state` is a MySQL source's (binlog head, oldest binlog, expiry), a PostgreSQL
+    source's (WAL head, slot headroom text), or a text to show instead (the source did not answer; a
+    DynamoDB source). `binlog`: positions are binlog positions (MySQL); `lsn`: LSNs (PostgreSQL); a
     DynamoDB source's are per-shard checkpoints, not shown here."""
     from ingest.lake.commits import last_commit
     from ingest.lake.tables import table_location
@@ -92,17 +93,25 @@ def table_status(lake_root: str, name: str, table: str, source_state, binlog: bo
     if binlog:
         recorded = bronze.metadata["end"] if bronze else snap.metadata["log_start"] if snap else None
         end = BinlogPosition.from_metadata(recorded) if recorded else None
+    if lsn:
+        from ingest.sources.postgres.positions import Lsn
+
+        recorded = bronze.metadata["end"] if bronze else snap.metadata["log_start"] if snap else None
+        end = Lsn.from_metadata(recorded) if recorded else None
     if isinstance(source_state, str):
         head_text, room = source_state, "-"
     elif end is None:
         head_text, room = "-", "-"
+    elif lsn:
+        head, room = source_state
+        head_text = f"{max(0, head.value - end.value):,} bytes of WAL"
     else:
         head, oldest, expiry = source_state
         head_text, room = behind(head, end), headroom(oldest, end, expiry)
     return TableStatus(
         name, table, snapshot,
         f"{bronze.metadata['batch']} ({ago(bronze.timestamp, now)})" if bronze else "-",
-        f"{end.file}:{end.pos}" if end else "-",
+        "-" if end is None else str(end) if lsn else f"{end.file}:{end.pos}",
         ago(silver.timestamp, now) if silver else "-",
         head_text, room)
 
@@ -118,3 +127,22 @@ def source_position(source) -> tuple[BinlogPosition, str, int] | str:
             return master_position(conn), binary_logs(conn)[0][0], binlog_expiry_seconds(conn)
     except Exception as exc:  # noqa: BLE001 - shown in the table instead of stopping it
         return f"source unreachable ({exc.__class__.__name__})"
+
+
+def slot_position(name: str, source) -> tuple | str:
+    """A PostgreSQL source's WAL head and its slot's headroom, or why they could not be read."""
+    from ingest.checks import slot_headroom
+    from ingest.defs.postgres import pg_params
+    from ingest.sources.postgres.cdc import slot_row
+    from ingest.sources.postgres.slot import current_lsn
+
+    try:
+        with pg_params(source).connect() as conn:
+            row, head = slot_row(conn, source.slot_name(name)), current_lsn(conn)
+    except Exception as exc:  # noqa: BLE001 - shown in the table instead of stopping it
+        return f"source unreachable ({exc.__class__.__name__})"
+    if row is None:
+        return head, slot_headroom(source.slot_name(name), None, 0, None).description
+    _, wal_status, _, retained, safe, _ = row
+    verdict = slot_headroom(source.slot_name(name), wal_status, int(retained or 0), None if safe is None else int(safe))
+    return head, verdict.description

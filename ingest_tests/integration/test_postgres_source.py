@@ -40,7 +40,7 @@ def table(pg, name: str, columns: str):
         return sorted(tuple(r) for r in conn.execute(f"SELECT {columns} FROM {name}").fetchall())
 
 
-def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_after_the_log(pg, harness):
+def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_after_the_log(pg, harness, capsys):
     from ingest.sources.postgres.cdc import slot_state
 
     waiting = harness.tick()
@@ -55,6 +55,14 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
         conn.execute("INSERT INTO orders VALUES (5000, 'new', NULL, 1.5)")
     first = harness.sync()
     assert first is not None
+    from ingest.cli import main
+    from ingest.sources.postgres.positions import LsnRange
+
+    assert main(["--sources", str(harness.sources), "--lake", str(harness.lake), "status", "--source", "pgshop"]) == 0
+    out = capsys.readouterr().out
+    orders = next(line for line in out.splitlines() if line.startswith("pgshop  orders"))
+    assert f"{first} (" in orders and str(LsnRange.from_key(first).end) in orders  # committed through the batch
+    assert "bytes of WAL" in orders and "slot pgshop_slot keeps" in orders
     assert harness.live("orders", ["id", "note", "doc", "total"]) == table(pg, "orders", "id, note, doc, total")
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")  # no batch change: its snapshot
 
