@@ -1,4 +1,5 @@
-"""What a sensor does with a change batch that is not complete: run it again, wait, or stop (pure).
+"""What a sensor does with a change batch that is not complete: run it again, wait, or stop, and how far
+silver is complete along its batches (pure).
 
 A batch is complete when the batch log holds it (ingest/lake/batchlog.py). The
 sensor never plans past an incomplete batch: its changes would otherwise never
@@ -9,9 +10,10 @@ why, and how to run it by hand.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class Action(str, Enum):
@@ -135,3 +137,18 @@ def plan_tables(source: str, starts: dict[str, object], skipped_until: dict[str,
             snapshot.append(table)
             messages.append(f"{table}: snapshotting it again (attempt {len(failed) + 1} of {max_attempts})")
     return TablePlan(ready, waiting, snapshot, quarantined, messages)
+
+
+def merged_through(log_start, merged: Iterable) -> Any:
+    """How far silver is complete: from the snapshot's log start along contiguous merged batches (pure;
+    any position with ranges that have `start` and `end`: binlog positions, LSNs).
+
+    A batch that starts past the end reached so far leaves a gap: silver may
+    lack what lies in it, so the position stops there.
+    """
+    reached = log_start
+    for batch in sorted(merged, key=lambda b: b.start):
+        if batch.start > reached:
+            break
+        reached = max(reached, batch.end)
+    return reached

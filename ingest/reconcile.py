@@ -12,7 +12,8 @@ import time
 
 from ingest.lake.reconcile import Reconciliation
 from ingest.sources.mysql.chunks import Key
-from ingest.sources.mysql.positions import BatchRange, BinlogPosition, merged_through
+from ingest.batches import merged_through
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 
 
 def silver_position(silver_path: str, basename: str) -> BinlogPosition | None:

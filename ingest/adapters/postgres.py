@@ -98,6 +98,35 @@ def column_array(ctype, texts: list, arrow_type):
 
 # ---------------------------------------------------------------- driver side
 
+def chunk_schema(table, contracts, types) -> tuple[str, list[dict]]:
+    """The chunk DataFrame's DDL (the table's columns in the lake's types, then `_pos`) and each column's
+    type for the executors' contract."""
+    from ingest.lake.tables import spark_ident
+
+    ddl = ", ".join([*(f"{spark_ident(c.name)} {t.spark}" for c, t in zip(table.columns, contracts)),
+                     "`_pos` decimal(38,0)"])
+    return ddl, [{"name": types[c.type_oid].name, "element": types[c.type_oid].element, "typmod": c.type_modifier}
+                 for c in table.columns]
+
+
+def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], at, ranges: list[tuple],
+              parallelism: int):
+    """A DataFrame over the key `ranges` of `table`, read on executors at the exported snapshot `at`
+    (a SlotStart: the block holding it must stay open while Spark reads), in at most `parallelism`
+    partitions."""
+    from ingest.lake.datasource import register_reader
+
+    register_reader(spark, DATA_SOURCE_NAME, read_chunks, "groups")
+    n = max(1, min(parallelism, len(ranges)))
+    spec = {"conn": {k: v for k, v in asdict(params).items() if k != "password"},
+            "snapshot": at.snapshot, "table": table.name, "key": list(table.primary_key),
+            "key_types": list(table.key_types()), "columns": [c.name for c in table.columns], "types": spec_types,
+            "pos": str(at.consistent_point.row_pos()),
+            "groups": [[{"lo": lo, "hi": hi} for lo, hi in ranges[i::n]] for i in range(n)]}
+    return (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
+            .option("password", params.password).load())
+
+
 @dataclass(frozen=True)
 class PgSnapshotWrite:
     """An asset's output: snapshot `table` (schema.table) of a PostgreSQL source into the table the IO
@@ -113,8 +142,6 @@ class PgSnapshotWrite:
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import Txn, last_commit, table_version, unfinished_snapshot, waves
-        from ingest.lake.datasource import register_reader
-        from ingest.lake.tables import spark_ident
         from ingest.lake.write import append
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
@@ -139,10 +166,7 @@ class PgSnapshotWrite:
         else:
             snapshot_id, wave_no, done, start = uuid.uuid4().hex[:12], 0, 0, None
             log(f"starting snapshot {snapshot_id} of {self.table}; change batches needed from {log_start}")
-        ddl = ", ".join([*(f"{spark_ident(c.name)} {t.spark}" for c, t in zip(table.columns, contracts)),
-                         "`_pos` decimal(38,0)"])
-        spec_types = [{"name": types[c.type_oid].name, "element": types[c.type_oid].element, "typmod": c.type_modifier}
-                      for c in table.columns]
+        ddl, spec_types = chunk_schema(table, contracts, types)
         rows = 0
         with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
                 self.params.connect() as conn:
@@ -152,18 +176,10 @@ class PgSnapshotWrite:
                 boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start,
                            table.key_types()), start))]
             total = done + len(chunks)
-            register_reader(spark, DATA_SOURCE_NAME, read_chunks, "groups")
             groups = waves(chunks, self.chunks_per_commit)
             for offset, wave in enumerate(groups):
-                n = max(1, min(self.parallelism, len(wave)))
-                spec = {"conn": {k: v for k, v in asdict(self.params).items() if k != "password"},
-                        "snapshot": at.snapshot, "table": self.table, "key": list(table.primary_key),
-                        "key_types": list(table.key_types()),
-                        "columns": [c.name for c in table.columns], "types": spec_types,
-                        "pos": str(at.consistent_point.row_pos()),
-                        "groups": [[{"lo": lo, "hi": hi} for _, lo, hi in wave[i::n]] for i in range(n)]}
-                df = (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
-                      .option("password", self.params.password).load())
+                df = chunks_df(spark, self.params, table, ddl, spec_types, at, [(lo, hi) for _, lo, hi in wave],
+                               self.parallelism)
                 meta = {"kind": "snapshot", "source": self.source, "table": self.table, "snapshot_id": snapshot_id,
                         "wave": wave_no + offset, "key_hi": wave[-1][2],
                         "complete": offset == len(groups) - 1,
@@ -180,3 +196,70 @@ class PgSnapshotWrite:
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,
                 "chunks": total, "resumed_from_wave": wave_no - 1, "log_start": log_start.to_metadata(),
                 "key_columns": list(table.primary_key), "delta_version": table_version(path)}
+
+
+# ---------------------------------------------------------------- reconciliation
+
+def silver_lsn(silver_path: str):
+    """The LSN silver has merged up to, from its Delta log (None: no snapshot merged)."""
+    from ingest.batches import merged_through
+    from ingest.lake.commits import commits
+    from ingest.sources.postgres.positions import LsnRange
+
+    history = commits(silver_path)
+    snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)
+    if snapshot is None:
+        return None
+    merged = [LsnRange.from_key(c.metadata["batch"]) for c in history
+              if c.metadata.get("kind") == "silver" and c.metadata.get("batch") and c.version > snapshot.version]
+    return merged_through(Lsn.from_metadata(snapshot.metadata["log_start"]), merged)
+
+
+def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: str, silver_path: str, *,
+              chunk_size: int, parallelism: int):
+    """Compare silver's live rows with the table now: its rows are read at a temporary slot's exported
+    snapshot, and keys that the source's slot shows changed between silver's position and that point are
+    left to the next batch."""
+    from ingest.lake.columns import lake_name
+    from ingest.lake.merge import live_rows
+    from ingest.lake.reconcile import Reconciliation, compare
+    from ingest.lake.write import lake_columns
+    from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.cdc import RelationContracts
+    from ingest.sources.postgres.pgoutput import transactions
+    from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
+    from ingest.sources.postgres.slot import exported_snapshot, peek
+    from ingest.sources.postgres.snapshot import boundaries, key_ranges
+
+    started = time.monotonic()
+    position = silver_lsn(silver_path)
+    if position is None:
+        raise ValueError(f"{table_name}: silver at {silver_path} has no snapshot merged yet. "
+                         "Fix: materialize the snapshot and a change batch first")
+    with params.connect() as conn:
+        table = describe_table(conn, table_name)
+        contracts = contracts_of(conn, table)
+        types = types_of(conn, [c.type_oid for c in table.columns])
+    ddl, spec_types = chunk_schema(table, contracts, types)
+    by_name = dict(zip((c.name for c in table.columns), contracts))
+    key_convert = [by_name[k].convert or (lambda v: v) for k in table.primary_key]
+    with exported_snapshot(params.libpq(), f"{slot}_r{uuid.uuid4().hex[:8]}", temporary=True) as at, \
+            params.connect() as conn:
+        bounds = boundaries(conn, at.snapshot, table.name, table.primary_key, chunk_size, None, table.key_types())
+        source = chunks_df(spark, params, table, ddl, spec_types, at, key_ranges(bounds, None), parallelism)
+        # the comparison's ranges are in the lake's values and Spark's order
+        plan = sorted(tuple(convert(v) for convert, v in zip(key_convert, b)) for b in bounds)
+
+        def changed_since() -> set[tuple]:
+            keys: set[tuple] = set()
+            for record in change_records(transactions(peek(conn, slot, publication, at.consistent_point)),
+                                         {table.name}, RelationContracts(conn)):
+                if record.pos >= position.row_pos():
+                    keys.add(tuple(record.row.get(k) for k in table.primary_key))
+            return keys
+
+        result = compare(lake_columns(source.drop("_pos")), live_rows(spark.read.format("delta").load(silver_path)),
+                         [lake_name(c.name) for c in table.columns], [lake_name(k) for k in table.primary_key],
+                         plan, changed_since, Reconciliation(table.name, compared_at=position))
+    result.seconds = time.monotonic() - started
+    return result

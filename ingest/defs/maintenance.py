@@ -28,7 +28,7 @@ def reconcile_defs(settings: ReconcileSettings, checks: Sequence[AssetCheckKey]
         return [], []
     reconcile_job = define_asset_job(
         RECONCILE_JOB, selection=AssetSelection.checks(*checks),
-        description="Compares every MySQL silver table with its source by key-range checksums, row by row "
+        description="Compares every MySQL and PostgreSQL silver table with its source by key-range checksums, row by row "
                     "only where a range differs (the `reconciliation` checks).")
     return [reconcile_job], schedule_for(reconcile_job, settings, settings.cron)
 

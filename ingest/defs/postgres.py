@@ -216,6 +216,33 @@ def freshness_check(name: str, source: PostgresSource, table: str, lake_root: st
     return _freshness
 
 
+def reconciliation_check(name: str, source: PostgresSource, table: str):
+    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, asset_check
+
+    settings = source.snapshot_settings(table)
+
+    @asset_check(asset=table_key(name, table), name="reconciliation", required_resource_keys={"lake"},
+                 description=(f"Compares the live rows of silver with `{source.qualified(table)}` read at a temporary "
+                              "slot's exported snapshot: a row count and checksum per primary-key range on both "
+                              "sides, then row by row only in the ranges that differ, leaving out keys the source's "
+                              "slot shows changed after silver's position. Reads the whole table: it runs on the "
+                              "`reconcile_silver` schedule, or from the UI."))
+    def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        from ingest.adapters.postgres import reconcile
+        from ingest.defs.io_managers import to_dagster_metadata
+        from ingest.lake.reconcile import reconciliation_metadata
+
+        lake = context.resources.lake
+        result = reconcile(lake.spark.session, pg_params(source), source.slot_name(name), source.publication,
+                           source.qualified(table), lake.path_for(table_key(name, table)),
+                           chunk_size=settings.chunk_size, parallelism=settings.parallelism)
+        context.log.info(result.summary())
+        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
+                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+
+    return _reconciliation
+
+
 def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
     """The source's assets, its sensor and the batch log's contiguity check."""
     from ingest.defs.batches import contiguity_check
@@ -232,4 +259,5 @@ def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     return assets, slot_sensor(name, source, tables, partitions, lake_root), \
         [contiguity_check(log_key, Lsn.from_metadata, compare, str), headroom_check(name, source, log_key),
-         *(freshness_check(name, source, t, lake_root) for t in tables)]
+         *(c for t in tables for c in (freshness_check(name, source, t, lake_root),
+                                       reconciliation_check(name, source, t)))]

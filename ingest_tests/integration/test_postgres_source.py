@@ -86,6 +86,17 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
     result = harness.tick()
     assert not isinstance(result, SensorResult) or not result.run_requests
 
+    matched = harness.check("customers")
+    assert matched.passed and matched.metadata["source_rows"].value == 50
+    with pg.connect() as conn:  # a change no batch has read yet is left to the next batch, not a mismatch
+        conn.execute("UPDATE customers SET name = 'not synced yet' WHERE id = 10")
+    assert harness.check("customers").passed
+    harness.spark.sql(f"UPDATE delta.`{harness.silver_path('customers')}` SET name = 'tampered' WHERE id = 20").collect()
+    tampered = harness.check("customers")
+    assert not tampered.passed and "20" in tampered.description and "re-snapshot" in tampered.description
+    assert harness.sync() is not None  # brings id 10's change; id 20 stays wrong in silver
+    assert not harness.check("customers").passed
+
     fresh = harness.check("customers", "freshness")
     assert fresh.passed and fresh.metadata["lag_seconds"].value == 0  # silver has every change
     with pg.connect() as conn:

@@ -3,7 +3,8 @@
 import bisect
 
 from ingest.lake.reconcile import MAX_REPORTED_KEYS, group_by_range, ranges_that_differ, thin_boundaries
-from ingest.sources.mysql.positions import BatchRange, BinlogPosition, merged_through
+from ingest.batches import merged_through
+from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 
 
 def pos(n: int) -> BinlogPosition:

@@ -18,7 +18,6 @@ so any change logged at or after P is newer than the snapshot.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,17 +154,3 @@ class BatchRange:
 
 
 _KEY_RE = re.compile(r"^(\d{6})\.(\d{10})-(\d{6})\.(\d{10})$")
-
-
-def merged_through(log_start: BinlogPosition, merged: Iterable[BatchRange]) -> BinlogPosition:
-    """How far silver is complete: from the snapshot's log start along contiguous merged batches (pure).
-
-    A batch that starts past the end reached so far leaves a gap: silver may
-    lack what lies in it, so the position stops there.
-    """
-    reached = log_start
-    for batch in sorted(merged, key=lambda b: b.start):
-        if batch.start > reached:
-            break
-        reached = max(reached, batch.end)
-    return reached

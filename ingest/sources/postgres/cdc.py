@@ -103,7 +103,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     """The changes to `tables` (schema.table) committed in the batch's range, read without consuming."""
     state = slot_state(conn, source, slot)
     check_readable(source, state, batch)
-    contracts = _Contracts(conn)
+    contracts = RelationContracts(conn)
     relations: dict[int, Relation] = {}
     per_table: dict[str, TableChanges] = {}
     columns: dict[str, dict[str, str]] = {}
@@ -140,7 +140,7 @@ def confirm(conn, source: str, slot: str, end: Lsn) -> None:
         advance(conn, slot, end)
 
 
-class _Contracts:
+class RelationContracts:
     """A relation's column types, looked up once per relation and shape."""
 
     def __init__(self, conn) -> None:
