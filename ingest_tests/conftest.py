@@ -100,7 +100,8 @@ def moto():
 # The longest test files first: two xdist workers take a file at a time (--dist loadfile), and a long
 # file handed out last keeps one worker busy while the other has nothing left to do.
 _LONGEST_FIRST = ("test_kill_harness.py", "test_operations.py", "test_cdc_edges.py", "test_dynamodb.py",
-                  "test_cdc_e2e.py", "test_cdc_property.py")
+                  "test_cdc_e2e.py", "test_cdc_property.py", "test_postgres_changes.py", "test_postgres_kill.py",
+                  "test_postgres_source.py")
 
 
 def pytest_collection_modifyitems(items):

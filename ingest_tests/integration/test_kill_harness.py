@@ -75,18 +75,3 @@ def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_al
             assert t.ended_as.startswith("FAILURE") and "worker process" in t.ended_as, t.ended_as
     assert all(t.clean for t in report.trials), report.summary()
 
-
-def test_random_sigkills_on_a_postgres_source_lose_and_duplicate_no_row(spark, pg, tmp_path, monkeypatch):
-    """The same phases on a `kind: postgres` source: the snapshot killed mid-way resumes at a new exported
-    snapshot, a batch killed anywhere is read again from the slot (confirmed only after the batch log)."""
-    from ingest_tests.kill_harness import PostgresKillHarness
-
-    seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(10 ** 6)))
-    monkeypatch.setenv("INGEST_TEST_PG_PASSWORD", pg.password)
-    database = pg.create_database("killh")
-    with pg.connect(database) as root, PostgresKillHarness(spark, root, pg.port, database, tmp_path, seed) as harness:
-        report = harness.run(len(PHASES), retry_missed=3)
-    print(report.summary())
-    assert {t.phase for t in report.trials if t.killed} == set(PHASES), report.summary()
-    assert all(t.resumed for t in report.trials if t.phase == "snapshot" and t.killed), report.summary()
-    assert all(t.clean for t in report.trials), report.summary()
