@@ -58,7 +58,7 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
     import pyarrow as pa
 
     from ingest.sources.postgres.schema import PgType
-    from ingest.sources.postgres.snapshot import read_chunk
+    from ingest.sources.postgres.snapshot import copy_chunk
 
     params = PgParams(**spec["conn"], password=options["password"])
     contracts = [PgType(t["name"], t["element"]).contract(t["typmod"]) for t in spec["types"]]
@@ -66,34 +66,34 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
     with params.connect() as conn:
         for chunk in chunks:
             lo, hi = (None if k is None else tuple(k) for k in (chunk["lo"], chunk["hi"]))
-            rows = read_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi,
-                              spec["key_types"])
-            if not rows:
+            texts = copy_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi,
+                               spec["key_types"])
+            if not texts.num_rows:
                 continue
-            values = list(zip(*rows))
-            arrays = [column_array(ct, list(col), arrow_schema.field(i).type)
-                      for i, (ct, col) in enumerate(zip(contracts, values))]
-            arrays.append(pa.array([pos] * len(rows), type=arrow_schema.field(len(contracts)).type))
+            arrays = [column_array(ct, texts.column(i), arrow_schema.field(i).type) for i, ct in enumerate(contracts)]
+            arrays.append(pa.array([pos] * texts.num_rows, type=arrow_schema.field(len(contracts)).type))
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def column_array(ctype, texts: list, arrow_type):
-    """One column of a chunk as Arrow. Integers and numeric(p,s) are parsed by Arrow's cast from their text,
-    which takes the same forms as the contract's parsers and is many times faster; a value it refuses
-    goes through the contract's parser, which names the problem (a NaN numeric, say)."""
+def column_array(ctype, texts, arrow_type):
+    """One column of a chunk (an Arrow string array) in its Delta type. Text columns pass as they are;
+    integers and numeric(p,s) are parsed by Arrow's cast, which takes the same forms as the contract's
+    parsers and is many times faster; a value it refuses, and every other type, goes through the
+    contract's parser, which names a value out of contract (a NaN numeric, say)."""
     import pyarrow as pa
 
     from ingest.sources.contract import convert_column
     from ingest.sources.postgres.types import to_decimal
 
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
     if ctype.convert is None:
-        return pa.array(texts, type=arrow_type)
+        return texts.cast(arrow_type)
     if ctype.convert in (int, to_decimal):
         try:
-            return pa.array(texts, type=pa.string()).cast(arrow_type)
+            return texts.cast(arrow_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             pass
-    return pa.array(convert_column(ctype, texts), type=arrow_type)
+    return pa.array(convert_column(ctype, texts.to_pylist()), type=arrow_type)
 
 
 # ---------------------------------------------------------------- driver side

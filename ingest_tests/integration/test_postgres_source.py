@@ -65,6 +65,11 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
     assert "bytes of WAL" in orders and "slot pgshop_slot keeps" in orders
     assert harness.live("orders", ["id", "note", "doc", "total"]) == table(pg, "orders", "id, note, doc, total")
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")  # no batch change: its snapshot
+    from ingest.lake.tables import table_location
+    from ingest_tests.open_readers import assert_any_reader_opens
+
+    for layer, keys in (("snapshot", ["id"]), ("bronze", ["_pos"]), ("silver", ["id"])):  # bronze has _unchanged
+        assert assert_any_reader_opens(harness.spark, table_location(str(harness.lake), "pgshop", "orders", layer), keys)
 
     with pg.connect() as conn:
         before = slot_state(conn, "pgshop", "pgshop_slot").confirmed
