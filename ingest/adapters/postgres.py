@@ -77,18 +77,19 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
 
 def column_array(ctype, texts, arrow_type):
     """One column of a chunk (an Arrow string array) in its Delta type. Text columns pass as they are;
-    integers and numeric(p,s) are parsed by Arrow's cast, which takes the same forms as the contract's
-    parsers and is many times faster; a value it refuses, and every other type, goes through the
-    contract's parser, which names a value out of contract (a NaN numeric, say)."""
+    integers, numeric(p,s), dates and timestamps are parsed by Arrow's cast, which takes the same forms
+    as the contract's parsers (the golden-type test compares them) and is many times faster; a value it
+    refuses, and every other type, goes through the contract's parser, which names a value out of
+    contract (a NaN numeric, an infinite date, a BC timestamp)."""
     import pyarrow as pa
 
     from ingest.sources.contract import convert_column
-    from ingest.sources.postgres.types import to_decimal
+    from ingest.sources.postgres.types import to_date, to_decimal, to_instant, to_timestamp
 
     texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
     if ctype.convert is None:
         return texts.cast(arrow_type)
-    if ctype.convert in (int, to_decimal):
+    if ctype.convert in (int, to_decimal, to_date, to_timestamp, to_instant):
         try:
             return texts.cast(arrow_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
