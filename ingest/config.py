@@ -388,6 +388,15 @@ class SourcesConfig(_Model):
         for name in self.sources:
             if not NAME_RE.match(name):
                 raise ValueError(f"source name {name!r} must match {NAME_RE.pattern} (it becomes an asset key)")
+        # VACUUM must never remove a file a running batch still reads: files OPTIMIZE replaced are kept
+        # vacuum_retain_hours, and run monitoring fails a batch run after max_run_seconds.
+        longest = max(((s.cdc.max_run_seconds, n) for n, s in self.sources.items()), default=None)
+        if longest and self.maintenance.vacuum_retain_hours * 3600 < longest[0]:
+            raise ValueError(
+                f"maintenance.vacuum_retain_hours ({self.maintenance.vacuum_retain_hours}) is shorter than "
+                f"sources.{longest[1]}.cdc.max_run_seconds ({longest[0]} s): VACUUM could remove files a running "
+                f"batch still reads. Fix: vacuum_retain_hours of at least {-(-longest[0] // 3600)}, or a shorter "
+                "max_run_seconds")
         return self
 
 

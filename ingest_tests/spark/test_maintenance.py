@@ -78,3 +78,63 @@ def test_a_batch_re_run_after_its_txn_id_expired_adds_no_row_bronze_already_hold
     # a first-time old batch (a source that was behind for weeks) still lands whole
     run("b2", records(200, days_ago=40))
     assert held() == 10
+
+
+def test_maintenance_racing_batch_merges_loses_no_batch(spark, spark_server, tmp_path):
+    """OPTIMIZE and VACUUM in their own session (as the maintenance job's run has) while batches merge into
+    silver: a merge that loses the commit race to OPTIMIZE is retried the way the IO manager retries it,
+    and every batch's changes are in silver at the end."""
+    import threading
+    from decimal import Decimal
+
+    from ingest.lake.maintenance import Retention, maintain
+    from ingest.lake.merge import ordered_merge
+    from pyspark.sql import SparkSession
+
+    from ingest.lake.write import retry_conflicts
+
+    path = str(tmp_path / "silver")
+    schema = "id int, v string, _pos decimal(38,0), _deleted boolean"
+    for part in range(4):  # several files for the first OPTIMIZE
+        ordered_merge(spark, path, spark.createDataFrame(
+            [(i, "snap", Decimal(1), False) for i in range(part * 100, part * 100 + 100)], schema),
+            ["id"], {"kind": "silver"}, Txn("snapshot", part))
+    expected = {i: "snap" for i in range(400)}
+    done, errors, tries = threading.Event(), [], []
+
+    def maintenance():
+        session = SparkSession.builder.remote(spark_server.url).create()  # not the test's own session
+        try:
+            while not done.is_set():
+                maintain(session, path, Retention(txn_days=7, vacuum_hours=1), lambda _: None)
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            session.stop()
+
+    racer = threading.Thread(target=maintenance)
+    racer.start()
+    try:
+        for batch in range(1, 9):
+            keys = range(batch * 7, 400, 37)  # spread over every file
+            df = spark.createDataFrame([(k, f"b{batch}", Decimal(1000 + batch), False) for k in keys], schema)
+
+            def merge(df=df, batch=batch):
+                tries.append(batch)
+                return ordered_merge(spark, path, df, ["id"], {"kind": "silver", "batch": str(batch)},
+                                     Txn("silver", batch))
+
+            retry_conflicts(merge, f"batch {batch}")
+            expected.update({k: f"b{batch}" for k in keys})
+    finally:
+        done.set()
+        racer.join()
+    assert not errors, errors
+    got = {r["id"]: r["v"] for r in spark.read.format("delta").load(path).collect()}
+    assert got == expected
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
+    merges = sorted(r["version"] for r in history if r["operation"] == "MERGE")
+    optimizes = [r["version"] for r in history if r["operation"] == "OPTIMIZE"]
+    # the race happened: the table was compacted between the batches' merges
+    assert any(merges[0] < v < merges[-1] for v in optimizes), history
+    print(f"{len(tries) - 8} merges retried after losing to OPTIMIZE; {len(optimizes)} OPTIMIZE commits")

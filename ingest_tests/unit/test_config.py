@@ -178,3 +178,14 @@ def test_postgres_errors_name_the_key(tmp_path, mutate, where):
     with pytest.raises(ConfigError) as exc:
         load_config(write(tmp_path, data))
     assert where in str(exc.value)
+
+
+def test_a_vacuum_retention_shorter_than_a_batch_run_may_last_is_refused(tmp_path):
+    raw = {**GOOD, "maintenance": {"vacuum_retain_hours": 1}}
+    raw["sources"] = {"shop": {**GOOD["sources"]["shop"], "cdc": {"max_run_seconds": 3 * 3600}}}
+    with pytest.raises(ConfigError, match=r"maintenance.vacuum_retain_hours \(1\) is shorter than "
+                                          r"sources.shop.cdc.max_run_seconds \(10800 s\).*Fix: vacuum_retain_hours "
+                                          r"of at least 3"):
+        load_config(write(tmp_path, raw))
+    raw["maintenance"]["vacuum_retain_hours"] = 3
+    assert load_config(write(tmp_path, raw)).maintenance.vacuum_retain_hours == 3
