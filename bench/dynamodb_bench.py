@@ -61,9 +61,9 @@ def raw_get_records(client, streams, table: str) -> tuple[float, int]:
 def dynamodb_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> list[Result]:
     import boto3
 
-    from ingest.sources.dynamodb.cdc import StreamBatchWrite
+    from ingest.adapters.dynamodb import StreamBatchWrite
     from ingest.sources.dynamodb.client import ClientSettings
-    from ingest.sources.dynamodb.scan import ScanSnapshotWrite
+    from ingest.adapters.dynamodb import ScanSnapshotWrite
 
     quiet = lambda _m: None  # noqa: E731
     client = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name="us-east-1")

@@ -123,7 +123,7 @@ def jdbc_snapshot(spark, params: ConnectionParams, table: str, rows: int, path: 
 def our_snapshot(spark, params: ConnectionParams, table: str, path: str, chunk_size: int, parallelism: int,
                  chunks_per_commit: int) -> tuple[float, int]:
     from ingest.sources.mysql.schema import describe_table
-    from ingest.sources.mysql.snapshot import run_snapshot
+    from ingest.adapters.mysql import run_snapshot
 
     started = time.perf_counter()
     with params.connect() as conn:
@@ -234,6 +234,7 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
     from ingest.lake.silver import SilverFromBatch
     from ingest.lake.tables import LakeTable
     from ingest.sources.mysql.binlog import binary_logs, master_position
+    from ingest.lake.bronze import bronze_writes
     from ingest.sources.mysql.cdc import plan_next_batch, read_change_batch
     from ingest.sources.mysql.positions import BinlogPosition
 
@@ -249,7 +250,7 @@ def our_cdc(spark, params: ConnectionParams, table: str, lake: Path, log_start, 
         if plan.batch is None or (last_end is not None and last_end >= head):
             break
         key = plan.batch.key
-        write = read_change_batch(params, "bench", key, {table: ["id"]})[table]
+        write = bronze_writes("bench", read_change_batch(params, "bench", key, {table: ["id"]}))[table]
         write.apply(spark, bronze, quiet)
         SilverFromBatch("bench", table, LakeTable(spark, bronze, key), LakeTable(spark, snap)).apply(spark, silver, quiet)
         changes += len(write.records)

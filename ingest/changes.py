@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -71,3 +71,5 @@ class SourceBatch:
     tables: dict[str, TableChanges]
     positions: dict[str, Any]
     extra: dict[str, Any]
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Tables left out of the batch (unreadable until fixed), with why."""

@@ -37,7 +37,8 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
     from ingest.lake.write import lake_columns
     from ingest.sources.mysql.binlog import keys_changed, master_position
     from ingest.sources.mysql.chunks import plan_chunks
-    from ingest.sources.mysql.snapshot import plan_boundaries, read_chunks_df
+    from ingest.adapters.mysql import read_chunks_df
+    from ingest.sources.mysql.snapshot import plan_boundaries
 
     started = time.monotonic()
     with params.connect() as conn:

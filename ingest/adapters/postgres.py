@@ -142,8 +142,8 @@ class PgSnapshotWrite:
     chunks_per_commit: int
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
-        from ingest.lake.commits import Txn, last_commit, table_version, unfinished_snapshot, waves
-        from ingest.lake.write import append
+        from ingest.lake.commits import table_version, waves
+        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
         from ingest.sources.postgres.snapshot import boundaries, key_ranges
@@ -157,8 +157,7 @@ class PgSnapshotWrite:
             contracts = contracts_of(conn, table)
             types = types_of(conn, [c.type_oid for c in table.columns])
         fingerprint = table.fingerprint()
-        last = last_commit(path, kind="snapshot")
-        resume = unfinished_snapshot(last.metadata if last else None, fingerprint)
+        resume = resume_point(path, fingerprint)
         if resume:
             snapshot_id, wave_no, done = resume["snapshot_id"], resume["wave"] + 1, resume["chunks_done"]
             log_start = Lsn.from_metadata(resume["log_start"])
@@ -168,7 +167,6 @@ class PgSnapshotWrite:
             snapshot_id, wave_no, done, start = uuid.uuid4().hex[:12], 0, 0, None
             log(f"starting snapshot {snapshot_id} of {self.table}; change batches needed from {log_start}")
         ddl, spec_types = chunk_schema(table, contracts, types)
-        rows = 0
         with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
                 self.params.connect() as conn:
             log(f"snapshot {self.table}: reading at {at.consistent_point} (exported snapshot {at.snapshot})")
@@ -177,21 +175,15 @@ class PgSnapshotWrite:
                 boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start,
                            table.key_types()), start))]
             total = done + len(chunks)
-            groups = waves(chunks, self.chunks_per_commit)
-            for offset, wave in enumerate(groups):
-                df = chunks_df(spark, self.params, table, ddl, spec_types, at, [(lo, hi) for _, lo, hi in wave],
-                               self.parallelism)
-                meta = {"kind": "snapshot", "source": self.source, "table": self.table, "snapshot_id": snapshot_id,
-                        "wave": wave_no + offset, "key_hi": wave[-1][2],
-                        "complete": offset == len(groups) - 1,
-                        "chunks_done": wave[-1][0] + 1, "chunks_total": total, "log_start": log_start.to_metadata(),
-                        "log_start_pos": log_start.row_pos(), "fingerprint": fingerprint,
-                        "key_columns": list(table.primary_key), "read_at": at.consistent_point.to_metadata()}
-                first = wave_no + offset == 0
-                outcome = append(df, path, meta, Txn(f"snapshot:{self.source}.{self.table}:{snapshot_id}",
-                                                     wave_no + offset), overwrite=first, overwrite_schema=first)
-                rows += outcome.rows
-                log(f"snapshot {self.table}: {wave[-1][0] + 1}/{total} chunks, {rows} rows")
+            run = SnapshotCommit(self.source, self.table, snapshot_id, fingerprint, table.primary_key,
+                                 log_start.to_metadata(), log_start.row_pos(), wave=wave_no)
+            rows = commit_waves(path, Waves(
+                run, waves(chunks, self.chunks_per_commit),
+                lambda wave: chunks_df(spark, self.params, table, ddl, spec_types, at,
+                                       [(lo, hi) for _, lo, hi in wave], self.parallelism),
+                lambda wave: {"key_hi": wave[-1][2], "chunks_done": wave[-1][0] + 1, "chunks_total": total,
+                              "read_at": at.consistent_point.to_metadata()},
+                lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows"), log).rows
         seconds = time.monotonic() - started
         return {"rows": spark.read.format("delta").load(path).count(), "rows_read": rows, "seconds": round(seconds, 2),
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,

@@ -25,7 +25,7 @@ from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
-from ingest.sources.mysql.snapshot import SnapshotWrite
+from ingest.adapters.mysql import SnapshotWrite
 
 KINDS_MYSQL = {"mysql", "delta", "spark"}
 
@@ -167,7 +167,9 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                                      previous_server_id=last_server_id(context.instance, name, tables),
                                      skipped=skipped)
 
-        return retry_batch_read(once, name, batch, params)
+        from ingest.lake.bronze import bronze_writes
+
+        return bronze_writes(name, retry_batch_read(once, name, batch, params))
 
     text = BatchAssetText(
         "mysql", lambda t: f"`{source.database}.{t}`", "with op, `_pos`, commit time, GTID and the before image of "

@@ -50,15 +50,6 @@ def image_json(image: dict[str, Any] | None) -> str | None:
     return json.dumps({k: _json_value(v) for k, v in image.items()}, sort_keys=True, default=str)
 
 
-def columns_of(decoders: Sequence) -> list[tuple[str, str]]:
-    """Every column seen in the batch, first seen first; a later table map's type wins."""
-    seen: dict[str, str] = {}
-    for decoder in decoders:
-        for name, spark_type in decoder.signature:
-            seen[name] = spark_type
-    return list(seen.items())
-
-
 def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
     """A DataFrame of one table's changes in one batch, through Arrow."""
     import pyarrow as pa
@@ -122,11 +113,11 @@ class ChangeBatch(dict):
         return next(iter(self.values())).positions
 
 
-def bronze_writes(source: str, batch: SourceBatch, skipped: Mapping[str, str] | None = None) -> ChangeBatch:
-    """A source's change batch as one bronze append per table it touched."""
+def bronze_writes(source: str, batch: SourceBatch) -> ChangeBatch:
+    """A source's change batch as one bronze append per table it holds."""
     return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
                                            batch.positions, batch.extra)
-                        for table, changes in batch.tables.items()}, skipped or {}, batch.positions)
+                        for table, changes in batch.tables.items()}, batch.skipped, batch.positions)
 
 
 REPLAY_CHECK_AGE = dt.timedelta(days=7)

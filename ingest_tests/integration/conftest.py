@@ -49,7 +49,7 @@ def describe(params: ConnectionParams, table: str):
 
 
 def snapshot(spark, params, table, path, **kw):
-    from ingest.sources.mysql.snapshot import run_snapshot
+    from ingest.adapters.mysql import run_snapshot
 
     settings = {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4, **kw}
     return run_snapshot(spark, params, describe(params, table), path, source="test", log=lambda m: None,

@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import LakeTable
+from ingest.lake.bronze import bronze_writes
 from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.conftest import snapshot
@@ -63,7 +64,7 @@ def test_random_workload_any_batch_order_converges(spark, root, params, tmp_path
     keys = {t: ["k1", "k2"] for t in tables.values()}
     batches = [BatchRange(a, b).key for a, b in zip(bounds, bounds[1:])]
     for key in batches:
-        for t, write in read_change_batch(params, "prop", key, keys).items():
+        for t, write in bronze_writes("prop", read_change_batch(params, "prop", key, keys)).items():
             write.apply(spark, str(lake / t / "bronze"), lambda m: None)
     order = data.draw(st.permutations(batches))
     repeats = data.draw(st.lists(st.sampled_from(batches), max_size=2))

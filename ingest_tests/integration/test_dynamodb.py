@@ -129,7 +129,7 @@ def test_a_replaced_stream_stops_the_batches_until_a_resnapshot(harness, ddb):
 
 
 def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, spark, monkeypatch):
-    from ingest.sources.dynamodb.scan import ScanSnapshotWrite
+    from ingest.adapters.dynamodb import ScanSnapshotWrite
 
     table = create_table(ddb, unique("resume"))
     for i in range(200):
@@ -168,7 +168,7 @@ def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, 
 
 
 def test_each_scan_segment_is_a_spark_partition(harness, ddb, spark):
-    from ingest.sources.dynamodb.scan import read_segments_df
+    from ingest.adapters.dynamodb import read_segments_df
 
     table = create_table(ddb, unique("parts"))
     for i in range(40):

@@ -74,7 +74,7 @@ def test_writing_the_same_chunks_twice_leaves_one_copy(spark, root, params, tmp_
     from ingest.lake.commits import Txn
     from ingest.lake.write import append
     from ingest.sources.mysql.chunks import plan_chunks
-    from ingest.sources.mysql.snapshot import read_chunks_df
+    from ingest.adapters.mysql import read_chunks_df
 
     with root.cursor() as cur:
         cur.execute("CREATE TABLE d (id INT PRIMARY KEY, v INT)")
@@ -166,7 +166,7 @@ def _alter_after_wave(mariadb, database, wave_line, statement, in_thread=False):
 ])
 def test_ddl_during_a_snapshot_restarts_it_with_the_new_shape(spark, mariadb, database, root, params, tmp_path,
                                                                statement, in_thread):
-    from ingest.sources.mysql.snapshot import run_snapshot
+    from ingest.adapters.mysql import run_snapshot
 
     with root.cursor() as cur:
         cur.execute("CREATE TABLE m (id INT PRIMARY KEY, v INT, note VARCHAR(20))")

@@ -105,7 +105,7 @@ def test_binlog_connections_dropped_mid_stream_give_every_change_once(root, data
         end = master_position(root)
     via_proxy = ConnectionParams("127.0.0.1", proxy.port, "ingest", "ingest-test-pw", database)
     proxy.cut(after_bytes=100_000, times=4)  # the range is about 1.4 MB; only the binlog stream is that big
-    records = read_change_batch(via_proxy, "src", BatchRange(start, end).key, {"d": ["id"]})["d"].records
+    records = read_change_batch(via_proxy, "src", BatchRange(start, end).key, {"d": ["id"]}).tables["d"].records
     assert proxy.cuts == 4
     assert len(records) == len({r.pos for r in records}) == 2000 + 2000 + 285  # each change once
     state = {}

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ingest.sources.mysql.chunks import (
-    Chunk, boundary_query, chunk_query, group_chunks, key_from_json, key_to_json, plan_chunks, quote_ident,
+    Chunk, boundary_query, chunk_query, key_from_json, key_to_json, plan_chunks, quote_ident,
     range_predicate,
 )
 
@@ -25,11 +25,13 @@ def test_plan_refuses_unsorted_boundaries():
         plan_chunks([(2,), (1,)])
 
 
-def test_grouping():
+def test_chunks_group_into_waves_in_order():
+    from ingest.lake.commits import waves
+
     chunks = plan_chunks([(i,) for i in range(1, 5)])
-    assert [len(g) for g in group_chunks(chunks, 2)] == [2, 2, 1]
+    assert [[c.index for c in g] for g in waves(chunks, 2)] == [[0, 1], [2, 3], [4]]
     with pytest.raises(ValueError):
-        group_chunks(chunks, 0)
+        waves(chunks, 0)
 
 
 def _eval(columns, sql_params, row):

@@ -36,12 +36,14 @@ class ClientSettings:
 
     def _client(self, service: str):
         import boto3
-        from dagster_aws.utils import construct_boto_client_retry_config
+        from botocore.config import Config
 
+        # botocore's standard retry mode (throttling and 5xx, with backoff), as dagster-aws's resources use
         return boto3.session.Session().client(
             service, region_name=self.region, endpoint_url=self.endpoint_url,
             aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
-            aws_session_token=self.session_token, config=construct_boto_client_retry_config(self.max_attempts))
+            aws_session_token=self.session_token,
+            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}))
 
     def resolved(self) -> ClientSettings:
         """With the driver's credentials filled in from boto3's default chain, so that executors
@@ -105,13 +107,13 @@ def call(fn: Callable[..., Any], what: str, *, attempts: int = 6, base_delay: fl
 
 def client_settings(source) -> ClientSettings:
     """Settings of a DynamoDB source of the sources file, secrets read from the environment
-    (Dagster EnvVar); unset names leave boto3's default credential chain in charge."""
-    from dagster import EnvVar
+    named by the source; unset names leave boto3's default credential chain in charge."""
+    import os
 
     def secret(env: str | None) -> str | None:
         if env is None:
             return None
-        value = EnvVar(env).get_value()
+        value = os.environ.get(env)
         if value is None:
             raise SourceUnavailable(f"environment variable {env} is not set: it holds AWS credentials of the "
                                     f"DynamoDB source in {source.region}. Fix: export {env}=...")

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ingest.lake.bronze import BronzeWrite, ChangeBatch, columns_of
+from ingest.changes import SourceBatch, TableChanges
 from ingest.sources.mysql.binlog import (
     binary_logs, check_available, check_binlog_settings, master_position, read_batch,
 )
@@ -102,9 +102,9 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
                       key_columns: Mapping[str, CapturedTable | Sequence[str]],
                       all_tables: Sequence[str] | None = None,
                       previous_server_id: int | None = None,
-                      skipped: Mapping[str, str] | None = None) -> ChangeBatch:
-    """Read one batch for the tables in `key_columns` (name: CapturedTable or key): one BronzeWrite per
-    table of `all_tables` (tables with no key known get an empty one). Tables in `skipped` (already
+                      skipped: Mapping[str, str] | None = None) -> SourceBatch:
+    """Read one batch for the tables in `key_columns` (name: CapturedTable or key): the changes of each
+    table of `all_tables` (tables with no key known get none). Tables in `skipped` (already
     known to be unreadable) and tables whose rows cannot be decoded get none, and are named in the
     result's `skipped`."""
     skipped = dict(skipped or {})
@@ -139,8 +139,16 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
         "retention_headroom_files": batch.start.seq - oldest.seq,
         "ddl": result.ddl,
     }
-    return ChangeBatch({
-        t: BronzeWrite(source, t, batch_key, result.records.get(t, []), columns_of(result.decoders.get(t, [])),
-                       positions, extra)
+    return SourceBatch(batch_key, {
+        t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])))
         for t in tables if t not in skipped
-    }, skipped)
+    }, positions, extra, skipped)
+
+
+def columns_of(decoders: Sequence) -> list[tuple[str, str]]:
+    """Every column seen in the batch, first seen first; a later table map's type wins."""
+    seen: dict[str, str] = {}
+    for decoder in decoders:
+        for name, spark_type in decoder.signature:
+            seen[name] = spark_type
+    return list(seen.items())

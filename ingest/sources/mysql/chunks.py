@@ -42,12 +42,6 @@ def plan_chunks(boundaries: Sequence[Key], start: Key | None = None, first_index
     return [Chunk(first_index + i, edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
 
 
-def group_chunks(chunks: Sequence[Chunk], per_group: int) -> list[list[Chunk]]:
-    from ingest.lake.commits import waves
-
-    return waves(chunks, per_group)
-
-
 def _compare(columns: Sequence[str], op: str, key: Key) -> tuple[str, list[Any]]:
     """Lexicographic `columns op key` for op in '>=' or '<', as SQL with %s parameters."""
     if len(columns) != len(key):

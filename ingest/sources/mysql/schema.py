@@ -102,9 +102,9 @@ def _date(value: bytes | str) -> dt.date | str:
 
 
 def connection_params(source: MySQLSource) -> ConnectionParams:
-    from dagster import EnvVar
+    import os
 
-    password = EnvVar(source.password_env).get_value()
+    password = os.environ.get(source.password_env)
     if password is None:
         raise SourceUnreachable(
             f"environment variable {source.password_env} is not set: it holds the password of "

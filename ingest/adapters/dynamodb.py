@@ -1,0 +1,170 @@
+"""The DynamoDB source's adapter: Scan segments read on Spark's executors and stream batches, committed by
+the lake.
+
+ingest/sources/dynamodb/ scans one segment on an executor and records the stream's positions; this
+module builds the segments' DataFrame and drives the lake's snapshot protocol (ingest/lake/snapshot.py)
+over them: waves of `segments_per_commit` segments, resumed with the segments not yet committed under
+the same stream positions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.sources.dynamodb.cdc import choose_start
+from ingest.sources.dynamodb.client import ClientSettings
+from ingest.sources.dynamodb.errors import StreamGap, resnapshot_fix
+from ingest.sources.dynamodb.positions import batch_key, batch_ordinal
+from ingest.sources.dynamodb.positions import StreamCheckpoint, snapshot_checkpoint
+from ingest.sources.dynamodb.scan import read_segment
+from ingest.sources.dynamodb.types import TableTypes
+
+DATA_SOURCE_NAME = "ingest_dynamodb_segments"
+
+
+def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTypes, segments: list[int],
+                     total: int, consistent: bool, page_size: int | None, pos: int):
+    """A DataFrame over Scan `segments` of `total`, a Spark partition each, every row tagged `pos`."""
+    from ingest.lake.datasource import register_reader
+    from ingest.lake.tables import spark_ident
+
+    register_reader(spark, DATA_SOURCE_NAME, read_segment, "segments")
+    ddl = ", ".join([*(f"{spark_ident(n)} {t}" for n, t in types.spark_columns()), "`_pos` decimal(38,0)"])
+    spec = {"client": {"region": settings.region, "endpoint_url": settings.endpoint_url,
+                       "max_attempts": settings.max_attempts},
+            "table": table, "keys": list(types.key_columns), "columns": [(n, t.declared) for n, t in types.columns],
+            "segments": segments, "total": total, "consistent": consistent, "page_size": page_size, "pos": str(pos)}
+    reader = spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
+    settings = settings.resolved()
+    # option names with "secret", "key" or "token" are redacted by Spark in plans and the UI
+    for name, value in (("access_key_id", settings.access_key_id), ("secret_access_key", settings.secret_access_key),
+                        ("session_token", settings.session_token)):
+        if value:
+            reader = reader.option(name, value)
+    return reader.load()
+
+
+@dataclass(frozen=True)
+class ScanSnapshotWrite:
+    """A snapshot asset's output: scan `table` into the Delta table the IO manager names."""
+
+    source: str
+    table: str
+    settings: ClientSettings
+    declared: dict[str, str]
+    segments: int
+    parallelism: int
+    segments_per_commit: int
+    consistent_read: bool
+    page_size: int | None
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from ingest.lake.commits import last_commit, table_version, waves
+        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
+        from ingest.lake.tables import BRONZE, sibling_location
+        from ingest.sources.dynamodb.streams import describe_stream, stream_of
+
+        started = time.monotonic()
+        stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
+        types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
+        fingerprint = types.fingerprint()
+        # a snapshot resumes only with the same segmentation, and on the same stream: a stream replaced
+        # mid-snapshot makes its recorded positions meaningless
+        resume = resume_point(path, fingerprint, lambda last: last.get("segments_total") == self.segments and
+                              StreamCheckpoint.from_metadata(last["stream_positions"]).stream_arn == stream_arn)
+        if resume:
+            snapshot_id, positions = resume["snapshot_id"], StreamCheckpoint.from_metadata(resume["stream_positions"])
+            done, wave_no = list(resume["segments_done"]), resume["wave"] + 1
+            log(f"resuming snapshot {snapshot_id} of {self.table}: {len(done)}/{self.segments} segments committed")
+        else:
+            snapshot_id, done, wave_no = uuid.uuid4().hex[:12], [], 0
+            bronze = last_commit(sibling_location(path, BRONZE), kind="bronze")
+            anchor = StreamCheckpoint.from_metadata(bronze.metadata["end"]) if bronze else None
+            listing = describe_stream(self.settings.streams(), stream_arn, self.table, self.source).shards
+            positions = snapshot_checkpoint(stream_arn, listing, anchor, self.table)
+            log(f"starting snapshot {snapshot_id} of {self.table}; stream positions {positions.summary()}")
+        pos = positions.floor_pos()
+        pending = sorted(set(range(self.segments)) - set(done))
+
+        def read(wave):
+            df = read_segments_df(spark, self.settings, self.table, types, list(wave), self.segments,
+                                  self.consistent_read, self.page_size, pos)
+            return df.coalesce(self.parallelism) if self.parallelism < len(wave) else df
+
+        def progress(wave) -> dict[str, Any]:
+            nonlocal done
+            done = sorted({*done, *wave})
+            return {"segments_done": done, "segments_total": self.segments,
+                    "stream_positions": positions.to_metadata()}
+
+        run = SnapshotCommit(self.source, self.table, snapshot_id, fingerprint, types.key_columns,
+                             positions.summary(), pos, wave=wave_no)
+        work = commit_waves(path, Waves(run, waves(pending, self.segments_per_commit), read, progress,
+                                        lambda wave, rows: f"{len(done)}/{self.segments} segments, {rows} rows"),
+                            log)
+        seconds = time.monotonic() - started
+        total_rows = spark.read.format("delta").load(path).count()
+        return {"rows": total_rows, "rows_per_second": round(work.rows / max(seconds, 1e-9), 1),
+                "seconds": round(seconds, 2), "snapshot_id": snapshot_id, "segments": self.segments,
+                "resumed": bool(resume), "stream_positions": json.loads(positions.to_metadata()),
+                "log_start_pos": str(pos), "key_columns": list(types.key_columns),
+                "delta_version": table_version(path)}
+
+
+@dataclass(frozen=True)
+class StreamBatchWrite:
+    """The changes asset's output: read batch `batch_key` of the table's stream and append it to bronze."""
+
+    source: str
+    table: str
+    batch_key: str
+    settings: ClientSettings
+    declared: dict[str, str]
+    max_records: int
+    page_limit: int
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from ingest.lake.bronze import append_changes
+        from ingest.lake.commits import last_commit
+        from ingest.lake.tables import SNAPSHOT, sibling_location
+        from ingest.sources.dynamodb.streams import read_stream_batch, stream_of
+        from ingest.sources.dynamodb.types import TableTypes
+
+        committed = last_commit(path, kind="bronze", batch=self.batch_key)
+        if committed is not None:
+            log(f"bronze {self.source}/{self.table} batch {self.batch_key}: already committed; nothing read")
+            return {"committed": False, "delta_version": committed.version,
+                    **{k: committed.metadata[k] for k in ("start", "end", "records") if k in committed.metadata}}
+        n = batch_ordinal(self.batch_key)
+        previous = None if n == 1 else last_commit(path, kind="bronze", batch=batch_key(n - 1))
+        snap = last_commit(sibling_location(path, SNAPSHOT), kind="snapshot", complete=True)
+        start = choose_start(
+            self.source, self.table, self.batch_key,
+            StreamCheckpoint.from_metadata(previous.metadata["end"]) if previous else None,
+            StreamCheckpoint.from_metadata(snap.metadata["stream_positions"]) if snap else None)
+        stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
+        if stream_arn != start.stream_arn:
+            raise StreamGap(
+                f"source {self.source}, table {self.table}: the table's stream is now {stream_arn}, not "
+                f"{start.stream_arn} where the last batch ended (the stream was replaced: disabled and enabled "
+                f"again, or the table re-created); "
+                f"changes in between are lost. {resnapshot_fix(self.source, self.table)}")
+        types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
+        log(f"bronze {self.source}/{self.table} batch {self.batch_key}: reading the stream from {start.summary()}")
+        batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,
+                                  self.max_records, self.page_limit)
+        positions = {"start": start.to_metadata(), "end": batch.end.to_metadata(), "records": len(batch.records),
+                     "stream": stream_arn}
+        meta = append_changes(spark, path, self.source, self.table, self.batch_key, batch.records,
+                              types.spark_columns(), positions, log)
+        newest = max((r.committed_at for r in batch.records if r.committed_at), default=None)
+        lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
+        return {**meta, "pages": batch.pages, "iterator_refreshes": batch.iterator_refreshes,
+                "shards_finished": len(batch.shards_finished), "lag_seconds": round(lag, 3),
+                "ttl_deletes": sum(r.origin == "ttl" for r in batch.records), "position": batch.end.summary()}

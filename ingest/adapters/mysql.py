@@ -1,0 +1,209 @@
+"""The MySQL/MariaDB source's adapter: its snapshot chunks read on Spark's executors, committed by the lake.
+
+ingest/sources/mysql/ plans chunks, reads one on an executor and checks the table's shape; this module
+builds the chunks' DataFrame and drives the lake's snapshot protocol (ingest/lake/snapshot.py) over them:
+waves of `chunks_per_commit` chunks, resumed after the last committed wave, started afresh when DDL
+changed the table while it was read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.sources.mysql.chunks import Chunk, key_from_json, key_to_json, plan_chunks
+from ingest.sources.mysql.positions import BinlogPosition
+from ingest.sources.mysql.schema import ConnectionParams, TableSchema
+from ingest.sources.mysql.snapshot import (
+    ShapeChanged, check_shape, plan_boundaries, read_chunk_group, retry_wave,
+)
+from ingest.sources.mysql.types import column_type
+
+DATA_SOURCE_NAME = "ingest_mysql_chunks"
+
+
+def snapshot_ddl(schema: TableSchema) -> str:
+    from ingest.lake.tables import spark_ident
+
+    cols = [f"{spark_ident(c.name)} {column_type(c, schema.table).spark}" for c in schema.columns]
+    return ", ".join([*cols, "`_pos` decimal(38,0)"])
+
+
+def read_chunks_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk], parallelism: int):
+    """A DataFrame over `chunks`, in at most `parallelism` Spark partitions."""
+    from ingest.lake.datasource import register_reader
+
+    register_reader(spark, DATA_SOURCE_NAME, read_chunk_group, "groups")
+    n = max(1, min(parallelism, len(chunks)))
+    groups = [[{"index": c.index, "lo": key_to_json(c.lo), "hi": key_to_json(c.hi)} for c in chunks[i::n]]
+              for i in range(n)]
+    spec = {
+        "conn": {"host": params.host, "port": params.port, "user": params.user, "database": params.database,
+                 "connect_timeout": params.connect_timeout},
+        "database": schema.database, "table": schema.table, "key": list(schema.primary_key),
+        "columns": [c.__dict__ for c in schema.columns], "groups": groups,
+    }
+    # "password" is an option name Spark redacts in plans and the UI.
+    return (spark.read.format(DATA_SOURCE_NAME).option("ddl", snapshot_ddl(schema))
+            .option("spec", json.dumps(spec, default=str)).option("password", params.password).load())
+
+
+@dataclass
+class SnapshotProgress:
+    snapshot_id: str
+    log_start: BinlogPosition
+    resumed_from_wave: int | None
+    chunks_total: int = 0
+    chunks_done: int = 0
+    rows: int = 0
+    waves_committed: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    shape_restarts: int = 0
+    """Times DDL on the table made the snapshot start afresh."""
+    key_columns: tuple[str, ...] = ()
+
+
+MAX_SHAPE_RESTARTS = 3
+
+
+class SnapshotShapeUnstable(RuntimeError):
+    pass
+
+
+def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
+                 chunk_size: int, parallelism: int, chunks_per_commit: int,
+                 log: Callable[[str], None] = print) -> SnapshotProgress:
+    """Snapshot one table into the Delta table at `path`, resuming an unfinished snapshot.
+
+    DDL on the table while it is read (a column added, dropped or retyped, a
+    new key) makes the waves already committed a different shape from the
+    ones to come, and may fail a chunk's read (error 1412, "table definition
+    has changed"). The table is described again after every wave and after a
+    failed one; on a change the snapshot starts afresh with the new shape.
+    """
+    restarts = 0
+    while True:
+        try:
+            progress = _snapshot_once(spark, params, schema, path, source=source, chunk_size=chunk_size,
+                                      parallelism=parallelism, chunks_per_commit=chunks_per_commit, log=log)
+            progress.shape_restarts = restarts
+            return progress
+        except ShapeChanged as changed:
+            restarts += 1
+            if restarts > MAX_SHAPE_RESTARTS:
+                raise SnapshotShapeUnstable(
+                    f"source {source}: the shape of {schema.database}.{schema.table} changed during "
+                    f"{restarts} snapshot attempts in a row. Fix: materialize the snapshot again once the "
+                    "schema migration is over") from None
+            log(f"snapshot {schema.table}: the table changed shape while being read "
+                f"({schema.fingerprint()} -> {changed.schema.fingerprint()}); starting afresh with the new shape")
+            schema = changed.schema
+
+
+def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
+                   chunk_size: int, parallelism: int, chunks_per_commit: int,
+                   log: Callable[[str], None]) -> SnapshotProgress:
+    from ingest.lake.commits import waves
+    from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
+    from ingest.sources.mysql.binlog import master_position
+
+    started = time.monotonic()
+    fingerprint = schema.fingerprint()
+    resume = resume_point(path, fingerprint)
+    conn = params.connect()
+    try:
+        if resume:
+            snapshot_id = resume["snapshot_id"]
+            log_start = BinlogPosition.from_metadata(resume["log_start"])
+            next_wave, next_chunk = resume["wave"] + 1, resume["chunks_done"]
+            start = key_from_json(resume["key_hi"])
+            progress = SnapshotProgress(snapshot_id, log_start, resume["wave"], chunks_done=next_chunk)
+            log(f"resuming snapshot {snapshot_id} of {schema.table} at wave {next_wave}, key {start!r}")
+        else:
+            snapshot_id = uuid.uuid4().hex[:12]
+            # Every chunk's consistent snapshot is taken after this point, so the
+            # change log read from here covers every chunk (older changes lose the
+            # ordered merge against the chunk's own, newer `_pos`).
+            log_start = master_position(conn)
+            next_wave, next_chunk, start = 0, 0, None
+            progress = SnapshotProgress(snapshot_id, log_start, None)
+            log(f"starting snapshot {snapshot_id} of {schema.table}; change log needed from {log_start}")
+        boundaries = plan_boundaries(conn, schema, chunk_size, start)
+    finally:
+        conn.close()
+
+    progress.key_columns = schema.primary_key
+    chunks = plan_chunks(boundaries, start, first_index=next_chunk)
+    progress.chunks_total = next_chunk + len(chunks)
+
+    def write(wave_no: int, commit):
+        try:
+            outcome = retry_wave(commit, source, schema.table, wave_no, params)
+        except Exception:
+            check_shape(params, schema, fingerprint)  # DDL explains the failure: start afresh
+            raise
+        check_shape(params, schema, fingerprint)
+        return outcome
+
+    def said(wave: list[Chunk], rows: int) -> str:
+        progress.chunks_done = wave[-1].index + 1
+        return (f"{progress.chunks_done}/{progress.chunks_total} chunks, {rows} rows, "
+                f"{rows / max(time.monotonic() - started, 1e-9):,.0f} rows/s")
+
+    run = SnapshotCommit(source, schema.table, snapshot_id, fingerprint, schema.primary_key,
+                         log_start.to_metadata(), log_start.row_pos(), wave=next_wave)
+    done = commit_waves(path, Waves(
+        run, waves(chunks, chunks_per_commit), lambda wave: read_chunks_df(spark, params, schema, wave, parallelism),
+        lambda wave: {"key_hi": key_to_json(wave[-1].hi), "chunks_done": wave[-1].index + 1,
+                      "chunks_total": progress.chunks_total},
+        said, write), log)
+    progress.rows, progress.waves_committed = done.rows, done.committed
+    progress.seconds = time.monotonic() - started
+    return progress
+
+
+@dataclass(frozen=True)
+class SnapshotWrite:
+    """An asset's output: snapshot `schema` into the table the IO manager names."""
+
+    source: str
+    params: ConnectionParams
+    schema: TableSchema
+    chunk_size: int
+    parallelism: int
+    chunks_per_commit: int
+
+    def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        from ingest.lake.commits import table_version
+
+        progress = run_snapshot(
+            spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,
+            parallelism=self.parallelism, chunks_per_commit=self.chunks_per_commit, log=log,
+        )
+        df = spark.read.format("delta").load(path)
+        stats = df.agg(F.count(F.lit(1)).alias("rows"), F.min("_pos").alias("lo"), F.max("_pos").alias("hi")).first()
+        base = progress.log_start.basename
+        meta: dict[str, Any] = {
+            "rows": stats["rows"],
+            "rows_per_second": round(progress.rows / max(progress.seconds, 1e-9), 1),
+            "seconds": round(progress.seconds, 2),
+            "snapshot_id": progress.snapshot_id,
+            "chunks": progress.chunks_total,
+            "resumed_from_wave": -1 if progress.resumed_from_wave is None else progress.resumed_from_wave,
+            "shape_restarts": progress.shape_restarts,
+            "log_start": progress.log_start.to_metadata(),
+            "key_columns": list(progress.key_columns),
+            "delta_version": table_version(path),
+        }
+        if self.schema.excluded:
+            meta["excluded_columns"] = list(self.schema.excluded)
+        if stats["lo"] is not None:
+            meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
+            meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()
+        return meta

@@ -1,0 +1,94 @@
+"""The one commit protocol of every snapshot: waves of work units, resumable, with txn ids.
+
+A source plans a snapshot as work units (MySQL's and PostgreSQL's primary-key chunks,
+DynamoDB's Scan segments) and reads a group of them into a DataFrame. The lake commits
+each group, a wave, as one Delta append whose `userMetadata` is a `SnapshotCommit`: the
+snapshot's identity and log start, the wave's number, and the source's own progress
+(how far through its units the snapshot is). The first wave overwrites the table; each
+wave's txn id (`snapshot:<source>.<table>:<id>`, wave number) makes a repeated wave a
+no-op. A run that dies resumes after the newest committed wave (`resume_point`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from ingest.lake.commits import Txn, last_commit, unfinished_snapshot
+
+U = TypeVar("U")
+
+
+@dataclass(frozen=True)
+class SnapshotCommit:
+    """What one snapshot wave's commit records (its `userMetadata`)."""
+
+    source: str
+    table: str
+    snapshot_id: str
+    fingerprint: str
+    """The table's shape: waves of different shapes never mix (a resume checks it)."""
+    key_columns: tuple[str, ...]
+    log_start: Any
+    """Where change batches for this table must start (the source's position, as metadata)."""
+    log_start_pos: int | str
+    """The same as a `_pos` value: older changes lose the ordered merge against the snapshot's rows."""
+    wave: int = 0
+    complete: bool = False
+    progress: dict[str, Any] = field(default_factory=dict)
+    """The source's own resume state after this wave (chunks done and the last key, segments done)."""
+
+    @property
+    def txn(self) -> Txn:
+        return Txn(f"snapshot:{self.source}.{self.table}:{self.snapshot_id}", self.wave)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"kind": "snapshot", "source": self.source, "table": self.table, "snapshot_id": self.snapshot_id,
+                "wave": self.wave, "complete": self.complete, "fingerprint": self.fingerprint,
+                "key_columns": list(self.key_columns), "log_start": self.log_start,
+                "log_start_pos": self.log_start_pos, **self.progress}
+
+
+def resume_point(path: str, fingerprint: str, usable: Callable[[dict], bool] = lambda _: True) -> dict | None:
+    """The newest wave's commit metadata of an unfinished snapshot of the same shape at `path` that
+    `usable` accepts, or None: start afresh."""
+    last = last_commit(path, kind="snapshot")
+    resume = unfinished_snapshot(last.metadata if last else None, fingerprint)
+    return resume if resume and usable(resume) else None
+
+
+@dataclass
+class Waves(Generic[U]):
+    """A snapshot's remaining work: its units grouped per commit, and what reads and records each group."""
+
+    run: SnapshotCommit
+    """The snapshot's identity; `wave` is the number of the first wave still to commit."""
+    groups: Sequence[Sequence[U]]
+    read: Callable[[Sequence[U]], Any]
+    """A wave's rows as a DataFrame (read lazily, on Spark's executors)."""
+    progress: Callable[[Sequence[U]], dict[str, Any]]
+    """The source's resume state once this wave is committed."""
+    said: Callable[[Sequence[U], int], str] = lambda wave, rows: f"{rows} rows"
+    """A progress line after a wave, given the rows committed so far in this run."""
+    write: Callable[[int, Callable[[], Any]], Any] = lambda wave, commit: commit()
+    """Runs a wave's commit: a source may retry it on a dropped connection, or check the table's shape."""
+    rows: int = 0
+    committed: list[int] = field(default_factory=list)
+
+
+def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves[U]:
+    """Commit every remaining wave of a snapshot into the Delta table at `path`, in order."""
+    from ingest.lake.write import append
+
+    for offset, group in enumerate(work.groups):
+        record = replace(work.run, wave=work.run.wave + offset, complete=offset == len(work.groups) - 1,
+                         progress=work.progress(group))
+        df = work.read(group)
+        first = record.wave == 0
+        outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
+                                                         overwrite=first, overwrite_schema=first))
+        work.rows += outcome.rows
+        work.committed.append(record.wave)
+        log(f"snapshot {work.run.table}: {work.said(group, work.rows)}")
+    return work
