@@ -33,12 +33,14 @@ from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
 MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
               "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100,
-              "soak_batches": 500, "pg_rows": 1_000_000, "pg_events": 300_000},
+              "soak_batches": 500, "pg_rows": 1_000_000, "pg_events": 300_000, "merge_small": 100_000,
+              "merge_big": 1_000_000},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
              "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100,
-             "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000},
+             "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000, "merge_small": 100_000,
+             "merge_big": 10_000_000},
 }
-BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "soak")
+BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "merge", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.batch_bench import batch_bench
 
                 got = batch_bench(server, params, work, sizes["tables"], log)
+            elif name == "merge":
+                from bench.merge_bench import merge_bench
+
+                got = merge_bench(spark, work, sizes["merge_small"], sizes["merge_big"], log)
             elif name == "soak":
                 from bench.soak_bench import soak_bench
 

@@ -139,7 +139,7 @@ def test_a_resumed_snapshot_reads_only_the_segments_not_committed(harness, ddb, 
     write = ScanSnapshotWrite("src", table, settings, {}, segments=4, parallelism=2, segments_per_commit=1,
                               consistent_read=True, page_size=25)
     path = h.path(table, "snapshot")
-    from ingest.sources.dynamodb import scan
+    from ingest.adapters import dynamodb as scan
 
     real, calls = scan.read_segments_df, []
 
