@@ -11,6 +11,10 @@ with SIGKILL at a random point of one phase:
   silver     when the silver step starts, plus up to 3 s
   committed  right after a Delta commit (bronze or silver) is logged, before
              Dagster records the materialization
+  server     the Spark Connect server (not the run) killed when the bronze append
+             or the silver step starts, plus up to 2 s: the run uses the embedded
+             local server of its own state folder, must fail by itself naming the
+             server, and a new run starts a new server and completes the batch
 
 Then it re-runs the same step to completion (in this process, as a retry
 would), lets the sensor plan and run whatever is left, and compares silver's
@@ -44,7 +48,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
-PHASES = ("bronze", "silver", "committed", "snapshot")
+PHASES = ("bronze", "silver", "committed", "snapshot", "server")
 TABLE = "kh"
 COLUMNS = ("id", "v", "s", "d")
 ROWS = 8_000
@@ -62,6 +66,8 @@ class Trial:
     """A snapshot trial's retry went on from the killed run's last committed wave."""
     commit_without_event: bool = False
     """A Delta commit of the step landed but Dagster recorded no materialization for it."""
+    failed_naming_server: bool = False
+    """A server trial's run failed by itself, with the message that names the lost server."""
     lost: int = 0
     duplicated: int = 0
     extra: int = 0
@@ -72,7 +78,8 @@ class Trial:
     def line(self) -> str:
         return (f"  trial {self.number:3d} {self.phase:9s} {'killed' if self.killed else 'finished first':14s} "
                 f"{self.point:44s} lost {self.lost} dup {self.duplicated} extra {self.extra} wrong {self.wrong} "
-                f"{'ok' if self.checksum_equal else 'CHECKSUM DIFFERS'} ({self.seconds:.0f} s)")
+                f"{'ok' if self.checksum_equal else 'CHECKSUM DIFFERS'} ({self.seconds:.0f} s)"
+                + (" run failed naming the server" if self.failed_naming_server else ""))
 
     @property
     def clean(self) -> bool:
@@ -149,6 +156,7 @@ class KillHarness:
 
     def __exit__(self, *exc) -> None:
         self._stack.close()
+        self._stop_embedded_server()  # a server trial's, if one ran (stopped by its PID)
 
     # ------------------------------------------------------------ source
 
@@ -206,6 +214,18 @@ class KillHarness:
         before = self._commit_versions()
         marker, delay = self._kill_point(phase)
         trial.point = f"{marker.pattern[:28]} +{delay:.2f}s"
+        if phase == "server":
+            trial.killed, trial.failed_naming_server = self._kill_server(selection, partition, marker, delay, number)
+            trial.commit_without_event = self._commit_without_event(before, selection, partition)
+            # the retry is a new run on the same embedded server folder: it starts the server again
+            retry_log = self.workdir / f"trial-{number:03d}-retry.log"
+            if self._materialize(selection, partition, retry_log, self._embedded_env()).wait() != 0:
+                raise AssertionError(f"the run after the server was killed failed: see {retry_log}")
+            while self.h.sync():
+                pass
+            self._compare(trial)
+            trial.seconds = time.monotonic() - started
+            return trial
         trial.killed = self._run_and_kill(selection, partition, marker, delay, number)
         trial.commit_without_event = self._commit_without_event(before, selection, partition)
         retry = self.h.run(selection, partition)
@@ -226,18 +246,62 @@ class KillHarness:
             return re.compile(rf"bronze src/{TABLE} batch \S+: appending"), self.rng.uniform(0, 2.5)
         if phase == "silver":
             return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 3.0)
+        if phase == "server":
+            which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: appending", rf"silver src/{TABLE} batch \S+: merging"])
+            return re.compile(which), self.rng.uniform(0, 2.0)
         which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: committed", rf"silver src/{TABLE}: merged batch"])
         return re.compile(which), 0.0
 
-    def _run_and_kill(self, selection, partition, marker: re.Pattern, delay: float, number: int) -> bool:
+    def _materialize(self, selection, partition, log_path: Path, env: dict[str, str] | None = None):
+        """`dagster asset materialize` of `selection` as its own process (group), output to `log_path`."""
         cmd = [DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions",
                "--select", ",".join(k.to_user_string() for k in selection)]
         if partition:
             cmd += ["--partition", partition]
-        log_path = self.workdir / f"trial-{number:03d}.log"
         with open(log_path, "w") as out:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            return subprocess.Popen(cmd, cwd=ROOT, env=env or self.env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+
+    def _embedded_env(self) -> dict[str, str]:
+        """The runs' environment with the embedded local Spark Connect server of the harness's own folder
+        instead of the shared server (which other tests use: it must not be killed)."""
+        env = {k: v for k, v in self.env.items() if k != "INGEST_SPARK_REMOTE"}
+        env["INGEST_SPARK_STATE_DIR"] = str(self.workdir / "embedded-spark")
+        return env
+
+    def _kill_server(self, selection, partition, marker: re.Pattern, delay: float, number: int) -> tuple[bool, bool]:
+        """Run the step on the embedded server, SIGKILL the server at the kill point, and wait for the run to
+        fail by itself: (killed while the run went on, the run's output names the lost server)."""
+        from ingest.lake.connect import read_state
+
+        log_path = self.workdir / f"trial-{number:03d}.log"
+        proc = self._materialize(selection, partition, log_path, self._embedded_env())
+        try:
+            deadline = time.monotonic() + 600
+            while not marker.search(log_path.read_text()):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return False, False
+                time.sleep(0.02)
+            time.sleep(delay)
+            state = read_state(Path(self._embedded_env()["INGEST_SPARK_STATE_DIR"]))
+            if proc.poll() is not None or state is None:
+                return False, False
+            os.killpg(state.pid, signal.SIGKILL)
+            proc.wait(timeout=180)  # the run fails by itself, in seconds (no hang on the lost server)
+            return True, proc.returncode != 0 and "stopped answering during this step" in log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def _stop_embedded_server(self) -> None:
+        from ingest.lake.connect import stop_local
+
+        stop_local(Path(self._embedded_env()["INGEST_SPARK_STATE_DIR"]))
+
+    def _run_and_kill(self, selection, partition, marker: re.Pattern, delay: float, number: int) -> bool:
+        log_path = self.workdir / f"trial-{number:03d}.log"
+        proc = self._materialize(selection, partition, log_path)
         try:
             deadline = time.monotonic() + 600
             while not marker.search(log_path.read_text()):

@@ -11,6 +11,7 @@ from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputCo
 from pydantic import Field
 
 from ingest.defs.resources import DynamoDBResource, SparkResource
+from ingest.lake.connect import naming_a_lost_server
 from ingest.lake.write import retry_conflicts
 from ingest.lake.tables import LakeTable, LakeWrite, location_for_asset_key
 
@@ -80,7 +81,7 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         path = self._path(key.path)
         spark = self.spark.session
         started = time.monotonic()
-        with self.write_lock(path):
+        with self.write_lock(path), naming_a_lost_server(self.spark.spark_config.get("spark.remote")):
             meta = retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string())
         return {**meta, **write_figures(spark, path, meta, time.monotonic() - started), "table_uri": path}
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ingest.changes import UNCHANGED, ChangeRecord, SourceBatch
 from ingest.lake.columns import lake_name
-from ingest.lake.commits import Txn
+from ingest.lake.commits import BronzeCommit
 from ingest.lake.tables import spark_ident
 from ingest.lake.write import append
 
@@ -148,8 +148,8 @@ def append_changes(spark, path: str, source: str, table: str, batch_key: str, re
     or for a batch older than the txn retention, the `_pos` bronze already holds)."""
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
     df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
-    meta = {"kind": "bronze", "source": source, "table": table, "batch": batch_key, **positions}
-    outcome = append(df, path, meta, Txn(f"bronze:{source}:{batch_key}", 0), merge_schema=True)
+    record = BronzeCommit(source, table, batch_key, positions)
+    outcome = append(df, path, record.metadata(), record.txn, merge_schema=True)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.op.value] = counts.get(r.op.value, 0) + 1

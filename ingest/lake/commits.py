@@ -35,6 +35,55 @@ class Txn:
             raise ValueError(f"txn version must not be negative: {self.version}")
 
 
+@dataclass(frozen=True)
+class BronzeCommit:
+    """What a bronze append records: one table's share of a change batch, with the batch's positions."""
+
+    source: str
+    table: str
+    batch: str
+    positions: dict[str, Any]
+    """The batch's start and end (and the like) in the source's terms: the next batch starts at `end`."""
+
+    @property
+    def txn(self) -> Txn:
+        return Txn(f"bronze:{self.source}:{self.batch}", 0)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"kind": "bronze", "source": self.source, "table": self.table, "batch": self.batch, **self.positions}
+
+
+@dataclass(frozen=True)
+class SilverCommit:
+    """What a silver merge records. One of: a snapshot merged (`log_start`: where its change log starts),
+    bronze caught up since a snapshot's log start (`catch_up_from`), or a change batch merged (`batch`,
+    ending at `end`). Every one names the snapshot silver is built on."""
+
+    source: str
+    table: str
+    snapshot_id: str
+    log_start: Any = None
+    catch_up_from: Any = None
+    batch: str | None = None
+    end: Any = None
+
+    @property
+    def txn(self) -> Txn:
+        what = (f"snapshot:{self.snapshot_id}" if self.log_start is not None else
+                f"catchup:{self.snapshot_id}" if self.catch_up_from is not None else self.batch)
+        return Txn(f"silver:{self.source}.{self.table}:{what}", 0)
+
+    def metadata(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"kind": "silver", "source": self.source, "table": self.table,
+                                "snapshot_id": self.snapshot_id}
+        if self.log_start is not None:
+            return {**meta, "from": "snapshot", "log_start": self.log_start}
+        # a commit made after the snapshot's merge and its catch-up: the table is caught up
+        if self.catch_up_from is not None:
+            return {**meta, "catch_up_from": self.catch_up_from, "caught_up": True}
+        return {**meta, "batch": self.batch, "end": self.end, "caught_up": True}
+
+
 def waves(items: Sequence[T], per_commit: int) -> list[list[T]]:
     """Work units (snapshot chunks, Scan segments) grouped per Delta commit, in order."""
     if per_commit < 1:

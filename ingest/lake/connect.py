@@ -27,6 +27,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,6 +62,10 @@ SERVER_CONF: dict[str, str] = {
 
 STATE_FILE = "server.json"
 START_TIMEOUT = 120.0
+# How long a call waits for the embedded server to answer again: about 15 s. The Connect client's own
+# default waits at least 10 minutes (for a cluster's server that restarts); nothing restarts the
+# embedded one behind a running step, so that step would hang for 10 minutes before it failed.
+LOCAL_RETRIES = {"max_retries": 6, "max_backoff": 5000}
 
 
 class SparkUnavailable(RuntimeError):
@@ -203,7 +209,8 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
     url = url or remote_url()
-    if url is None:
+    embedded = url is None
+    if embedded:
         url = start_local(extra_conf=extra_conf).url
     host, port = _host_port(url)
     try:  # the Connect client retries a refused connection for minutes; say it now
@@ -221,7 +228,39 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
             "Fix: start it (`ingest spark start` for the local one), or point INGEST_SPARK_REMOTE / spark.remote "
             "in the sources file at a running server") from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
+    if embedded:
+        from pyspark.sql.connect.client.retries import DefaultPolicy
+
+        session.client.set_retry_policies([DefaultPolicy(**LOCAL_RETRIES)])
     return session
+
+
+def lost_server(exc: BaseException) -> bool:
+    """Did a Spark call fail because its server stopped answering (killed, crashed, restarted)? (pure)"""
+    text = f"{type(exc).__name__}: {exc}"
+    return "StatusCode.UNAVAILABLE" in text or "RETRIES_EXCEEDED" in text
+
+
+@contextmanager
+def naming_a_lost_server(configured: str | None = None) -> Iterator[None]:
+    """A step's Spark calls, whose server stopping mid-way fails the step with a message that names the
+    server and says what was kept, instead of gRPC's."""
+    try:
+        yield
+    except Exception as exc:
+        if not lost_server(exc):
+            raise
+        remote = remote_url(configured)
+        if remote:
+            where, fix = (f"the Spark Connect server at {remote}",
+                          "restart that server (or mend the network to it), then run the step again")
+        else:
+            where, fix = (f"the embedded local Spark Connect server (its state and server.log in {state_dir()})",
+                          "none by hand: the next run starts the server again (server.log says why it stopped)")
+        detail = next((line.strip() for line in str(exc).splitlines() if "details" in line), type(exc).__name__)
+        raise SparkUnavailable(
+            f"{where} stopped answering during this step ({detail}). What the step had not committed to Delta "
+            f"was not written; a run of it again goes on from its last commit. Fix: {fix}") from exc
 
 
 def _host_port(url: str) -> tuple[str, int]:

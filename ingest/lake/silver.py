@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ingest.lake.commits import Txn, table_version
+from ingest.lake.commits import SilverCommit, Txn, table_version
 from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
 from ingest.lake.tables import LakeTable
 from ingest.lake.write import WriteOutcome, session_txn
@@ -51,13 +51,9 @@ class SilverFromSnapshot:
         meta = last.metadata
         keys = list(self.keys or meta["key_columns"])
         changes = self.snapshot.df().withColumn(DELETED, F.lit(False))
-        outcome = ordered_merge(
-            spark, path, changes, keys,
-            metadata={"kind": "silver", "source": self.source, "table": self.table, "from": "snapshot",
-                      "snapshot_id": meta["snapshot_id"], "log_start": meta["log_start"]},
-            txn=Txn(f"silver:{self.source}.{self.table}:snapshot:{meta['snapshot_id']}", 0),
-            tombstone_before=int(meta["log_start_pos"]),
-        )
+        record = SilverCommit(self.source, self.table, meta["snapshot_id"], log_start=meta["log_start"])
+        outcome = ordered_merge(spark, path, changes, keys, metadata=record.metadata(), txn=record.txn,
+                                tombstone_before=int(meta["log_start_pos"]))
         log(f"silver {self.source}/{self.table}: merged snapshot {meta['snapshot_id']}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {
@@ -231,10 +227,9 @@ class SilverFromBatch:
                 f"{self.source}/{self.table}/changes for partition {batch} first"
             )
         # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
-        meta = {"kind": "silver", "source": self.source, "table": self.table, "batch": batch,
-                "end": bronze_batch.metadata.get("end"), "snapshot_id": snapshot_id, "caught_up": True}
+        record = SilverCommit(self.source, self.table, snapshot_id, batch=batch, end=bronze_batch.metadata.get("end"))
         outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                meta, f"silver:{self.source}.{self.table}:{batch}")
+                                                record.metadata(), record.txn.app_id)
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**row_counts(spark.read.format("delta").load(path)),
@@ -252,9 +247,8 @@ class SilverFromBatch:
 
         from ingest.lake.write import append
 
-        meta = {"kind": "silver", "source": self.source, "table": self.table, "catch_up_from": snap["log_start"],
-                "snapshot_id": snap["snapshot_id"], "caught_up": True}
-        app_id = f"silver:{self.source}.{self.table}:catchup:{snap['snapshot_id']}"
+        record = SilverCommit(self.source, self.table, snap["snapshot_id"], catch_up_from=snap["log_start"])
+        meta, app_id = record.metadata(), record.txn.app_id
         merged = None
         if self.bronze.exists():
             since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"]))

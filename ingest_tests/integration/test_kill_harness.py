@@ -26,6 +26,8 @@ def test_random_sigkills_in_every_phase_lose_and_duplicate_no_row(spark, mariadb
     assert {t.phase for t in report.trials if t.killed} == set(PHASES), report.summary()
     # a snapshot killed after its first committed wave goes on from there instead of starting over
     assert all(t.resumed for t in report.trials if t.phase == "snapshot" and t.killed), report.summary()
+    # a run whose Spark Connect server was killed failed by itself, saying so (no hang, no gRPC riddle)
+    assert all(t.failed_naming_server for t in report.trials if t.phase == "server" and t.killed), report.summary()
     assert all(t.clean for t in report.trials), report.summary()
 
 

@@ -20,4 +20,6 @@ def test_random_sigkills_on_a_postgres_source_lose_and_duplicate_no_row(spark, p
     print(report.summary())
     assert {t.phase for t in report.trials if t.killed} == set(PHASES), report.summary()
     assert all(t.resumed for t in report.trials if t.phase == "snapshot" and t.killed), report.summary()
+    # a run whose Spark Connect server was killed failed by itself, saying so (no hang, no gRPC riddle)
+    assert all(t.failed_naming_server for t in report.trials if t.phase == "server" and t.killed), report.summary()
     assert all(t.clean for t in report.trials), report.summary()

@@ -42,3 +42,23 @@ def test_an_unreachable_server_fails_at_once_naming_the_url_and_the_fix():
         connect(f"sc://127.0.0.1:{port}")
     with pytest.raises(SparkUnavailable, match="want sc://host:port"):
         connect("http://example:1")
+
+
+def test_a_step_whose_server_stopped_answering_fails_naming_the_server_and_what_was_kept(monkeypatch, tmp_path):
+    from ingest.lake.connect import SparkUnavailable, lost_server, naming_a_lost_server
+
+    grpc_text = ('<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\t'
+                 'details = "failed to connect to all addresses; last error: Connection refused"\n>')
+    monkeypatch.delenv("INGEST_SPARK_REMOTE", raising=False)
+    monkeypatch.setenv("INGEST_SPARK_STATE_DIR", str(tmp_path))
+    with pytest.raises(SparkUnavailable, match=rf"embedded local Spark Connect server \(its state and server.log in "
+                                               rf"{tmp_path}\) stopped answering.*Connection refused.*next run starts"):
+        with naming_a_lost_server():
+            raise RuntimeError(grpc_text)
+    with pytest.raises(SparkUnavailable, match=r"server at sc://spark:15002 stopped answering.*restart that server"):
+        with naming_a_lost_server("sc://spark:15002"):
+            raise RuntimeError(grpc_text)
+    with pytest.raises(ValueError, match="not a Spark problem"):  # anything else passes as it is
+        with naming_a_lost_server():
+            raise ValueError("not a Spark problem")
+    assert not lost_server(RuntimeError("[DELTA_CONCURRENT_APPEND] a commit race"))

@@ -37,3 +37,31 @@ def test_the_newest_version_is_found_from_the_last_checkpoint_on(tmp_path):
 
 def test_no_table_is_no_commits(tmp_path):
     assert list(our_commits(str(tmp_path / "missing"))) == []
+
+
+def test_commit_records_keep_the_metadata_and_txn_ids_earlier_commits_have():
+    """Lakes written before the records were typed are read by the same keys: the typed records must
+    give exactly the metadata and txn ids the dicts gave."""
+    from ingest.lake.commits import BronzeCommit, SilverCommit
+    from ingest.lake.snapshot import SnapshotCommit
+
+    bronze = BronzeCommit("shop", "orders", "k1", {"start": "a", "end": "b"})
+    assert bronze.metadata() == {"kind": "bronze", "source": "shop", "table": "orders", "batch": "k1",
+                                 "start": "a", "end": "b"}
+    assert bronze.txn == Txn("bronze:shop:k1", 0)
+    snap = SilverCommit("shop", "orders", "s1", log_start="f.000001:4")
+    assert snap.metadata() == {"kind": "silver", "source": "shop", "table": "orders", "snapshot_id": "s1",
+                               "from": "snapshot", "log_start": "f.000001:4"}
+    assert snap.txn == Txn("silver:shop.orders:snapshot:s1", 0)
+    catch_up = SilverCommit("shop", "orders", "s1", catch_up_from="f.000001:4")
+    assert catch_up.metadata()["caught_up"] and catch_up.txn == Txn("silver:shop.orders:catchup:s1", 0)
+    batch = SilverCommit("shop", "orders", "s1", batch="k1", end="b")
+    assert batch.metadata() == {"kind": "silver", "source": "shop", "table": "orders", "snapshot_id": "s1",
+                                "batch": "k1", "end": "b", "caught_up": True}
+    assert batch.txn == Txn("silver:shop.orders:k1", 0)
+    wave = SnapshotCommit("shop", "orders", "s1", "fp", ("id",), "f.000001:4", 40, wave=2,
+                          progress={"key_hi": [9], "chunks_done": 3})
+    assert wave.metadata() == {"kind": "snapshot", "source": "shop", "table": "orders", "snapshot_id": "s1",
+                               "wave": 2, "complete": False, "fingerprint": "fp", "key_columns": ["id"],
+                               "log_start": "f.000001:4", "log_start_pos": 40, "key_hi": [9], "chunks_done": 3}
+    assert wave.txn == Txn("snapshot:shop.orders:s1", 2)
