@@ -62,10 +62,6 @@ SERVER_CONF: dict[str, str] = {
 
 STATE_FILE = "server.json"
 START_TIMEOUT = 120.0
-# How long a call waits for the embedded server to answer again: about 15 s. The Connect client's own
-# default waits at least 10 minutes (for a cluster's server that restarts); nothing restarts the
-# embedded one behind a running step, so that step would hang for 10 minutes before it failed.
-LOCAL_RETRIES = {"max_retries": 6, "max_backoff": 5000}
 
 
 class SparkUnavailable(RuntimeError):
@@ -209,9 +205,9 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
     from pyspark.sql import SparkSession
 
     url = url or remote_url()
-    embedded = url is None
+    embedded = start_local(extra_conf=extra_conf) if url is None else None
     if embedded:
-        url = start_local(extra_conf=extra_conf).url
+        url = embedded.url
     host, port = _host_port(url)
     try:  # the Connect client retries a refused connection for minutes; say it now
         socket.create_connection((host, port), timeout=10).close()
@@ -229,10 +225,21 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
             "in the sources file at a running server") from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
     if embedded:
-        from pyspark.sql.connect.client.retries import DefaultPolicy
-
-        session.client.set_retry_policies([DefaultPolicy(**LOCAL_RETRIES)])
+        session.client.set_retry_policies([_while_alive(embedded.pid)])
     return session
+
+
+def _while_alive(pid: int):
+    """Connect's default retries (at least 10 minutes, for a cluster's server that restarts), but only
+    while the embedded server's process lives: nothing restarts it behind a running step, so a call to a
+    dead one fails at once instead of after 10 minutes."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    class WhileAlive(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            return alive(pid) and super().can_retry(e)
+
+    return WhileAlive()
 
 
 def lost_server(exc: BaseException) -> bool:
