@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure
@@ -110,6 +111,21 @@ def missing_silver(lake_root: str, keys: Iterable[AssetKey]) -> list[str]:
             if not (Path(lake_root).joinpath(*k.path, "silver") / "_delta_log").is_dir()]
 
 
+@contextmanager
+def environment(values: dict[str, str]):
+    """`values` in os.environ inside the block, and what was there before restored after it."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCliResource]:
     project = project_dir(config)
     manifest_path = prepare_manifest(project)
@@ -125,9 +141,10 @@ def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[Asse
             raise Failure(f"dbt reads silver tables that have no data yet: {', '.join(missing)}. Fix: materialize "
                           "their snapshot and silver assets first (or let the sensor do it), then run dbt again")
         # dbt's subprocess inherits this process's environment: with SPARK_REMOTE set, dbt-spark's
-        # `SparkSession.builder...getOrCreate()` returns a Connect session, here the run's own.
-        os.environ.update({"SPARK_REMOTE": spark.join_url(), "INGEST_LAKE_ROOT": lake_root})
-        yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()
+        # `SparkSession.builder...getOrCreate()` returns a Connect session, here the run's own. Only for
+        # dbt's run: left in place, it would reach every process this one starts later.
+        with environment({"SPARK_REMOTE": spark.join_url(), "INGEST_LAKE_ROOT": lake_root}):
+            yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()
 
     resource = DbtCliResource(project_dir=str(project), profiles_dir=str(project), dbt_executable=dbt_executable())
     return _dbt_models, resource

@@ -155,15 +155,22 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
             return state
         port = _free_port()
         log = folder / "server.log"
-        env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1",
-               "PYSPARK_PYTHON": sys.executable}
         with open(log, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, env=server_env(os.environ, Path(pyspark.__file__).parent),
+                                    start_new_session=True)
         state = ServerState(proc.pid, port, str(log), time.time())
         (folder / STATE_FILE).write_text(json.dumps(asdict(state)))
         _wait_listening(state, timeout)
         return state
+
+
+def server_env(environ, spark_home: Path) -> dict[str, str]:
+    """The embedded server's environment (pure): this process's, without a Connect client's settings
+    (a user's SPARK_REMOTE, or one a dbt run set: spark-submit refuses a server command with it,
+    "Remote cannot be specified with master")."""
+    return {**{k: v for k, v in environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
+            "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
 def _wait_listening(state: ServerState, timeout: float) -> None:

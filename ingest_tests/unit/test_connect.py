@@ -62,3 +62,10 @@ def test_a_step_whose_server_stopped_answering_fails_naming_the_server_and_what_
         with naming_a_lost_server():
             raise ValueError("not a Spark problem")
     assert not lost_server(RuntimeError("[DELTA_CONCURRENT_APPEND] a commit race"))
+
+
+def test_the_embedded_server_starts_without_a_connect_clients_settings(tmp_path):
+    from ingest.lake.connect import server_env
+
+    env = server_env({"SPARK_REMOTE": "sc://elsewhere:15002", "PATH": "/usr/bin"}, tmp_path)
+    assert "SPARK_REMOTE" not in env and env["PATH"] == "/usr/bin" and env["SPARK_HOME"] == str(tmp_path)
