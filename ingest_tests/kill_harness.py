@@ -184,15 +184,14 @@ class KillHarness:
 
     # ------------------------------------------------------------ trials
 
-    def run(self, trials: int, log=print, retry_missed: int = 0) -> Report:
-        """`trials` trials, the phases in turn; then, for a phase none of them killed (the run
+    def run(self, trials: int, log=print, retry_missed: int = 0, phases: tuple[str, ...] = PHASES) -> Report:
+        """`trials` trials, the `phases` in turn; then, for a phase none of them killed (the run
         finished before its random kill point), up to `retry_missed` more trials of it."""
-        report = Report(self.seed)
-        phases = [PHASES[n % len(PHASES)] for n in range(trials)]
-        for number, phase in enumerate(phases, start=1):
+        report = Report(self.seed, phases=phases)
+        for number, phase in enumerate((phases[n % len(phases)] for n in range(trials)), start=1):
             report.trials.append(self.trial(number, phase))
             log(report.trials[-1].line())
-        for phase in PHASES:
+        for phase in phases:
             for _ in range(retry_missed):
                 if any(t.killed for t in report.trials if t.phase == phase):
                     break
