@@ -150,8 +150,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
         return outcome
 
     def said(wave: list[Chunk], rows: int) -> str:
-        progress.chunks_done = wave[-1].index + 1
-        return (f"{progress.chunks_done}/{progress.chunks_total} chunks, {rows} rows, "
+        return (f"{wave[-1].index + 1}/{progress.chunks_total} chunks, {rows} rows, "
                 f"{rows / max(time.monotonic() - started, 1e-9):,.0f} rows/s")
 
     run = SnapshotCommit(source, schema.table, snapshot_id, fingerprint, schema.primary_key,
@@ -162,6 +161,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
                       "chunks_total": progress.chunks_total},
         said, write), log)
     progress.rows, progress.waves_committed = done.rows, done.committed
+    progress.chunks_done = progress.chunks_total  # every wave committed (a failed one raised)
     progress.seconds = time.monotonic() - started
     return progress
 

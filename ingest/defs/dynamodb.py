@@ -16,9 +16,8 @@ from ingest.defs.batches import (
 from ingest.defs.factory import history_asset, latest_metadata, silver_asset
 from ingest.defs.sensors import ACTIVE_STATUSES
 from ingest.lake.tables import BATCH_LOG, CHANGES, HISTORY, InOrder
-from ingest.adapters.dynamodb import StreamBatchWrite
+from ingest.adapters.dynamodb import ScanSnapshotWrite, StreamBatchWrite
 from ingest.sources.dynamodb.positions import StreamCheckpoint, batch_key, batch_ordinal
-from ingest.adapters.dynamodb import ScanSnapshotWrite
 
 KINDS = {"dynamodb", "delta", "spark"}
 TABLE_TAG = "ingest/table"

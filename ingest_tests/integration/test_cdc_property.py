@@ -4,9 +4,9 @@ import itertools
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ingest.lake.bronze import bronze_writes
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import LakeTable
-from ingest.lake.bronze import bronze_writes
 from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.conftest import snapshot
