@@ -34,7 +34,38 @@ def snapshot_ddl(schema: TableSchema) -> str:
 
 
 def read_chunks_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk], parallelism: int):
-    """A DataFrame over `chunks`, in at most `parallelism` Spark partitions."""
+    """A DataFrame over `chunks`, read by at most `parallelism` connections at once: Spark's JDBC reader
+    where every column has a JDBC form (ingest/sources/mysql/jdbc.py), the Python data source otherwise."""
+    from ingest.sources.mysql.jdbc import jdbc_columns
+
+    columns = jdbc_columns(schema.columns, schema.table)
+    if columns is None:
+        return read_chunks_python_df(spark, params, schema, chunks, parallelism)
+    return read_chunks_jdbc_df(spark, params, schema, chunks, parallelism, columns)
+
+
+def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk],
+                        parallelism: int, columns):
+    """One Spark partition per chunk, each its own connection and consistent snapshot; coalesced so
+    that at most `parallelism` read at once."""
+    from ingest.lake.tables import spark_ident
+    from ingest.sources.mysql.jdbc import (
+        DRIVER, POSITION_COLUMN, SESSION_INIT, chunk_predicate, chunk_table, jdbc_url,
+    )
+
+    key = list(schema.primary_key)
+    df = spark.read.jdbc(
+        jdbc_url(params.host, params.port, params.database), chunk_table(schema.database, schema.table, columns, key),
+        predicates=[chunk_predicate(key, c) for c in chunks],
+        properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "10000",
+                    "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000)})
+    out = df.selectExpr(*[f"{c.spark} AS {spark_ident(c.name)}" for c in columns], f"`{POSITION_COLUMN}`")
+    return out.coalesce(max(1, min(parallelism, len(chunks))))
+
+
+def read_chunks_python_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk],
+                          parallelism: int):
+    """The chunks through the project's Python data source (ingest/sources/mysql/snapshot.py)."""
     from ingest.lake.datasource import register_reader
 
     register_reader(spark, DATA_SOURCE_NAME, read_chunk_group, "groups")

@@ -58,10 +58,21 @@ def is_transient(exc: BaseException) -> bool:
     return executor_error_code(str(exc)) in TRANSIENT_CODES
 
 
+# MariaDB Connector/J (the snapshot's JDBC reader) names no error code for a connection that could not be
+# made or went away, only the exception class; they stand for 2003 and 2013.
+_JDBC_CONNECTION = re.compile(r"java\.sql\.SQL(?:Non)?TransientConnectionException: (.*)")
+_JDBC_REFUSED = re.compile(r"fail to connect|Connection refused", re.IGNORECASE)
+
+
 def executor_error_code(text: str) -> int | None:
     """The code of the driver error a Spark job failed with, from its message (pure)."""
     codes = _EXECUTOR_ERROR.findall(text)
-    return int(codes[-1]) if codes else None
+    if codes:
+        return int(codes[-1])
+    jdbc = _JDBC_CONNECTION.findall(text)
+    if jdbc:
+        return 2003 if _JDBC_REFUSED.search(jdbc[-1]) else 2013
+    return None
 
 
 class BinlogDisabled(MySQLSourceError):

@@ -1,0 +1,137 @@
+"""The snapshot's chunks read by Spark's JDBC reader: the type contract as SQL on both ends (pure).
+
+Rows then never pass through Python: the server turns each column into a form JDBC carries without loss
+(`select`, e.g. a TIME as its text, a TIMESTAMP as epoch seconds, a BIT as hex) and a Spark SQL
+expression over that gives the contract's value and type (`spark`, e.g. try_cast to date, so a zero
+date is NULL). The contract itself stays in types.py: the golden all-types test holds both readers and
+the binlog path to the same values.
+
+Each Spark partition is one chunk, read by its own connection in its own `START TRANSACTION WITH
+CONSISTENT SNAPSHOT` (the JDBC session's init statement), and the chunk's rows carry that snapshot's
+binlog position, read inside it from SESSION_STATUS (BINLOG_SNAPSHOT_FILE / _POSITION are frozen at the
+snapshot's start). The position comes from a one-row derived table joined to the table rather than from
+subqueries in the select list, so that the server merges the query Spark wraps around it and the
+chunk's key range reaches the primary key index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.sources.mysql.chunks import Chunk, quote_ident
+from ingest.sources.mysql.positions import OFFSET_FACTOR, SEQ_FACTOR
+from ingest.sources.mysql.types import SPATIAL, MySQLColumn, column_type
+
+DRIVER = "org.mariadb.jdbc.Driver"
+# Serializable is not wanted; REPEATABLE READ is what a consistent snapshot needs (the server's
+# default, which a my.cnf may have changed).
+SESSION_INIT = ("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+                "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+POSITION_COLUMN = "_pos"
+
+
+@dataclass(frozen=True)
+class JdbcColumn:
+    name: str
+    select: str
+    """The server-side expression, aliased `alias` in the chunk query."""
+    alias: str
+    spark: str
+    """A Spark SQL expression over `alias` giving the contract's value, cast to its type."""
+
+
+def jdbc_url(host: str, port: int, database: str) -> str:
+    # jdbc:mysql with permitMysqlScheme: Spark picks its MySQL dialect (backtick quoting) and the MariaDB
+    # driver takes the URL. allowMultiQueries: the init statement sets the isolation level first.
+    # tinyInt1isBit / yearIsDateType off: TINYINT(1) and YEAR stay numbers.
+    return (f"jdbc:mysql://{host}:{port}/{database}?permitMysqlScheme&allowMultiQueries=true"
+            "&tinyInt1isBit=false&yearIsDateType=false")
+
+
+def _cast(expr: str, spark_type: str) -> str:
+    return f"CAST({expr} AS {spark_type})"
+
+
+def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn | None:
+    """The column's two halves, or None where only the Python reader has its conversion."""
+    ct = column_type(column, table)  # raises UnsupportedColumnType outside the contract
+    kind = column.data_type.lower()
+    col = f"`_t`.{quote_ident(column.name)}"
+    a = f"c{index}"
+    if kind == "vector":
+        return None  # float32 arrays: no Spark SQL function unpacks them
+    select, spark = col, _cast(a, ct.spark)
+    if kind == "bigint" and column.unsigned:
+        select = f"CAST({col} AS DECIMAL(20,0))"
+    elif kind in ("decimal", "numeric") and ct.spark == "string":
+        select = f"CAST({col} AS CHAR)"  # the server's text: plain notation with `scale` decimals
+    elif kind == "set":
+        select = f"CAST({col} AS CHAR)"  # members in definition order, comma-separated
+        spark = f"CASE WHEN {a} IS NULL THEN NULL WHEN {a} = '' THEN CAST(array() AS array<string>) " \
+                f"ELSE split({a}, ',') END"
+    elif kind == "bit":
+        size = max(1, ((column.numeric_precision or 1) + 7) // 8)
+        select = f"LPAD(HEX({col}), {2 * size}, '0')"
+        spark = f"unhex({a})"
+    elif kind in ("date", "datetime", "time", "uuid", "inet4", "inet6", "enum"):
+        # text, so that zero and partial-zero dates reach Spark (try_cast makes them NULL) and dates
+        # before 1582 are not shifted by java.sql.Date's calendar
+        select = f"CAST({col} AS CHAR)"
+        spark = f"try_cast({a} AS {ct.spark})" if kind in ("date", "datetime") else _cast(a, ct.spark)
+    elif kind == "timestamp":
+        # epoch seconds: UNIX_TIMESTAMP of a TIMESTAMP column is its stored UTC instant, whatever the
+        # session's time zone; 0 is the zero TIMESTAMP
+        select = f"UNIX_TIMESTAMP({col})"
+        spark = f"CASE WHEN {a} = 0 THEN NULL ELSE timestamp_micros(CAST({a} * 1000000 AS bigint)) END"
+    elif kind == "year":
+        select = f"CAST({col} AS SIGNED)"
+        spark = f"CASE WHEN {a} = 0 THEN NULL ELSE CAST({a} AS smallint) END"
+    elif kind in SPATIAL:
+        # the stored form: a 4-byte little-endian SRID, then OGC WKB
+        select = f"HEX({col})"
+        srid = "conv(concat(substring({0}, 7, 2), substring({0}, 5, 2), substring({0}, 3, 2), " \
+               "substring({0}, 1, 2)), 16, 10)".format(a)
+        spark = f"CASE WHEN {a} IS NULL THEN NULL ELSE named_struct('wkb', unhex(substring({a}, 9)), " \
+                f"'srid', CAST({srid} AS int)) END"
+    elif kind == "binary" and column.char_length:
+        pass  # the server keeps BINARY(n)'s zero padding
+    return JdbcColumn(column.name, select, a, spark)
+
+
+def jdbc_columns(columns: Sequence[MySQLColumn], table: str = "?") -> list[JdbcColumn] | None:
+    """Every column's halves, or None when a column needs the Python reader."""
+    out = [jdbc_column(c, i, table) for i, c in enumerate(columns)]
+    return None if any(c is None for c in out) else out  # type: ignore[return-value]
+
+
+def chunk_table(database: str, table: str, columns: Sequence[JdbcColumn], key: Sequence[str]) -> str:
+    """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0.., `_pos`."""
+    pos = (f"CAST(CAST(SUBSTRING_INDEX(`_s`.`f`, '.', -1) AS DECIMAL(38,0)) * {SEQ_FACTOR} "
+           f"+ CAST(`_s`.`p` AS DECIMAL(38,0)) * {OFFSET_FACTOR} AS DECIMAL(38,0))")
+    snapshot = ("(SELECT (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+                "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE') AS `f`, "
+                "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+                "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION') AS `p`) AS `_s`")
+    select = [f"{c.select} AS `{c.alias}`" for c in columns]
+    keys = [f"`_t`.{quote_ident(k)} AS `k{i}`" for i, k in enumerate(key)]
+    return (f"(SELECT {', '.join([*select, *keys])}, {pos} AS `{POSITION_COLUMN}` "
+            f"FROM {quote_ident(database)}.{quote_ident(table)} AS `_t` CROSS JOIN {snapshot}) AS `_chunk`")
+
+
+def sql_literal(value: Any) -> str:
+    """A key value as a MySQL literal (bytes as _binary'..', dates quoted), for a JDBC predicate."""
+    from pymysql.converters import escape_item
+
+    return escape_item(value, "utf8mb4")
+
+
+def chunk_predicate(key: Sequence[str], chunk: Chunk) -> str:
+    """The chunk's key range [lo, hi) over the key aliases k0.., with literal values (JDBC predicates
+    take no parameters)."""
+    from ingest.sources.mysql.chunks import range_predicate
+
+    aliases = [f"k{i}" for i in range(len(key))]
+    sql, params = range_predicate(aliases, chunk.lo, chunk.hi)
+    return sql.replace("%s", "{}").format(*(sql_literal(p) for p in params))
