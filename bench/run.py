@@ -44,7 +44,7 @@ BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb",
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
-SNAPSHOT = {"chunk_size": 100_000, "parallelism": 2, "chunks_per_commit": 16}
+SNAPSHOT = {"chunk_size": 100_000, "parallelism": 2, "chunks_per_commit": 64}
 
 
 def log(message: str) -> None:

@@ -1,4 +1,4 @@
-"""One snapshot in a fresh process (its own SparkSession), for the memory benchmark.
+"""One snapshot in a fresh process (its own Spark Connect server), for the memory benchmark.
 
     python bench/snapshot_child.py PORT TABLE LAKE_PATH CHUNK_SIZE PARALLELISM CHUNKS_PER_COMMIT
 
@@ -21,11 +21,16 @@ def main() -> None:
     from ingest.lake.spark import spark_session
     from ingest.sources.mysql.schema import ConnectionParams
 
+    from ingest.lake.connect import stop_local
+
     started = time.perf_counter()
-    spark = spark_session()
-    params = ConnectionParams("127.0.0.1", int(port), "bench", PASSWORD, DATABASE, 30)
-    _, rows = our_snapshot(spark, params, table, path, int(chunk_size), int(parallelism), int(per_commit))
-    print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
+    try:
+        spark = spark_session()
+        params = ConnectionParams("127.0.0.1", int(port), "bench", PASSWORD, DATABASE, 30)
+        _, rows = our_snapshot(spark, params, table, path, int(chunk_size), int(parallelism), int(per_commit))
+        print(json.dumps({"rows": rows, "seconds": time.perf_counter() - started}))
+    finally:
+        stop_local()  # the server this process started (INGEST_SPARK_STATE_DIR is its own)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ingest.sources.mysql.chunks import (
-    Chunk, boundary_query, chunk_query, key_from_json, key_to_json, plan_chunks, quote_ident,
+    Chunk, chunk_query, even_boundaries, key_from_json, key_to_json, next_boundary_query, plan_chunks, quote_ident,
     range_predicate,
 )
 
@@ -72,12 +72,25 @@ def test_identifiers_are_quoted_against_injection():
         quote_ident("")
 
 
-def test_boundary_query_takes_every_nth_key():
-    sql, params = boundary_query("db", "t", ["a", "b"], 100, start=(1, 2))
-    assert "ROW_NUMBER() OVER (ORDER BY `a`, `b`)" in sql and params[-1] == 100 and params[:3] == [1, 1, 2]
+def test_next_boundary_query_seeks_chunk_size_keys_on_from_the_start():
+    sql, params = next_boundary_query("db", "t", ["a", "b"], 100, start=(1, 2))
+    assert sql.endswith("ORDER BY `a`, `b` LIMIT 1 OFFSET %s") and params == [1, 1, 2, 100]
+    assert "`a` = %s AND `b` >= %s" in sql
 
 
 def test_keys_survive_json_metadata():
     key = (1, "x", Decimal("1.50"), b"\x00\xff", dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5, 6), 2.5)
     assert key_from_json(key_to_json(key)) == key
     assert key_to_json(None) is None and key_from_json(None) is None
+
+
+def test_even_boundaries_cut_a_dense_integer_key_into_chunk_size_ranges():
+    assert even_boundaries(1, 1000, 1000, 250) == [251, 501, 751]
+    # a resumed snapshot starts at its next key; keys with gaps (span up to twice the rows) still count
+    assert even_boundaries(1, 2000, 1000, 250, start=1200) == [1700]
+    assert even_boundaries(5, 5, 1, 100) == []
+
+
+def test_even_boundaries_leave_sparse_keys_and_unknown_sizes_to_the_seeks():
+    assert even_boundaries(1, 10**12, 10_000, 100) is None
+    assert even_boundaries(1, 1000, 0, 100) is None

@@ -108,15 +108,16 @@ def jdbc_columns(columns: Sequence[MySQLColumn], table: str = "?") -> list[JdbcC
 
 def chunk_table(database: str, table: str, columns: Sequence[JdbcColumn], key: Sequence[str]) -> str:
     """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0.., `_pos`."""
-    pos = (f"CAST(CAST(SUBSTRING_INDEX(`_s`.`f`, '.', -1) AS DECIMAL(38,0)) * {SEQ_FACTOR} "
-           f"+ CAST(`_s`.`p` AS DECIMAL(38,0)) * {OFFSET_FACTOR} AS DECIMAL(38,0))")
-    snapshot = ("(SELECT (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
-                "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE') AS `f`, "
-                "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
-                "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION') AS `p`) AS `_s`")
+    # computed once, in the one-row table, so that each row only copies it
+    file = ("(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+            "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE')")
+    offset = ("(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+              "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_POSITION')")
+    snapshot = (f"(SELECT CAST(CAST(SUBSTRING_INDEX({file}, '.', -1) AS DECIMAL(38,0)) * {SEQ_FACTOR} "
+                f"+ CAST({offset} AS DECIMAL(38,0)) * {OFFSET_FACTOR} AS DECIMAL(38,0)) AS `p`) AS `_s`")
     select = [f"{c.select} AS `{c.alias}`" for c in columns]
     keys = [f"`_t`.{quote_ident(k)} AS `k{i}`" for i, k in enumerate(key)]
-    return (f"(SELECT {', '.join([*select, *keys])}, {pos} AS `{POSITION_COLUMN}` "
+    return (f"(SELECT {', '.join([*select, *keys])}, `_s`.`p` AS `{POSITION_COLUMN}` "
             f"FROM {quote_ident(database)}.{quote_ident(table)} AS `_t` CROSS JOIN {snapshot}) AS `_chunk`")
 
 

@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ingest.retry import retrying
-from ingest.sources.mysql.chunks import Chunk, boundary_query, chunk_query, key_from_json
+from ingest.sources.mysql.chunks import (
+    Chunk, chunk_query, even_boundaries, key_from_json, next_boundary_query, quote_ident,
+)
 from ingest.sources.mysql.errors import SourceUnreachable, executor_error_code, is_transient
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams, TableSchema, describe_table
@@ -90,11 +92,37 @@ def read_chunk_group(spec: dict[str, Any], options: dict[str, str], chunks: list
                               arrow_schema)
 
 
+INTEGER_KEYS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+
+
 def plan_boundaries(conn, schema: TableSchema, chunk_size: int, start) -> list[tuple]:
-    sql, args = boundary_query(schema.database, schema.table, list(schema.primary_key), chunk_size, start)
+    """Chunk boundaries from `start` on (the first chunk's own start excluded): equal-width ranges of a
+    dense integer key, else every `chunk_size`-th key."""
+    kinds = {c.name: c.data_type.lower() for c in schema.columns}
+    if len(schema.primary_key) == 1 and kinds.get(schema.primary_key[0]) in INTEGER_KEYS:
+        key, table = quote_ident(schema.primary_key[0]), f"{quote_ident(schema.database)}.{quote_ident(schema.table)}"
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({key}), MAX({key}) FROM {table}")
+            lowest, highest = cur.fetchone()
+            cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                        (schema.database, schema.table))
+            estimate = (cur.fetchone() or (0,))[0] or 0
+        if lowest is None:
+            return []
+        even = even_boundaries(int(lowest), int(highest), int(estimate), chunk_size,
+                               None if start is None else start[0])
+        if even is not None:
+            return [(b,) for b in even]
+    boundaries: list[tuple] = []
     with conn.cursor() as cur:
-        cur.execute(sql, args)
-        return [tuple(r) for r in cur.fetchall()]
+        while True:
+            sql, args = next_boundary_query(schema.database, schema.table, list(schema.primary_key), chunk_size,
+                                            boundaries[-1] if boundaries else start)
+            cur.execute(sql, args)
+            row = cur.fetchone()
+            if row is None:
+                return boundaries
+            boundaries.append(tuple(row))
 
 
 # ---------------------------------------------------------------- driver side
