@@ -3,6 +3,8 @@
 import datetime as dt
 from decimal import Decimal
 
+import pytest
+
 from ingest_tests.integration.conftest import snapshot
 
 GOLDEN_DDL = """
@@ -74,12 +76,21 @@ EXPECTED = {
 }
 
 
-def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path):
+@pytest.mark.parametrize("reader", ["jdbc", "python"])
+def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path, monkeypatch, reader):
+    """Both chunk readers: Spark's JDBC reader (the type contract as SQL), and the Python data source
+    that reads tables with a column JDBC cannot carry (made to read this one here)."""
+    import ingest.sources.mysql.jdbc as jdbc
+
+    if reader == "python":
+        monkeypatch.setattr(jdbc, "jdbc_columns", lambda columns, table="?": None)
     with root.cursor() as cur:
         cur.execute(GOLDEN_DDL)
         cur.execute("INSERT INTO golden VALUES " + ",".join(GOLDEN_ROWS))
     path = str(tmp_path / "golden")
+    read = spy_on_readers(monkeypatch)
     snapshot(spark, params, "golden", path)
+    assert read == [reader], read
     df = spark.read.format("delta").load(path)
     types = dict(df.dtypes)
     assert types["d65"] == "string" and types["ubig"] == "decimal(20,0)" and types["s"] == "array<string>"
@@ -92,6 +103,26 @@ def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path):
         got = {k: plain(v) for k, v in rows[key].items()}
         for column, value in expected.items():
             assert got[column] == value, f"row {key}, column {column}: {got[column]!r} != {value!r}"
+
+
+def spy_on_readers(monkeypatch) -> list[str]:
+    """Which chunk reader each wave used."""
+    import ingest.adapters.mysql as adapter
+
+    used: list[str] = []
+
+    def spy(name: str, label: str):
+        real = getattr(adapter, name)
+
+        def read(*args, **kwargs):
+            used.append(label)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(adapter, name, read)
+
+    spy("read_chunks_jdbc_df", "jdbc")
+    spy("read_chunks_python_df", "python")
+    return used
 
 
 def plain(value):

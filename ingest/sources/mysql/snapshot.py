@@ -2,13 +2,14 @@
 
 Each chunk of primary keys is read in its own `START TRANSACTION WITH
 CONSISTENT SNAPSHOT` and every row is tagged with that transaction's binlog
-position (`_pos`, row index 0). Chunks are read by a PySpark Python data
-source whose partitions are groups of chunks, so Spark executors open the
-connections and a cluster scales the read; `parallelism` partitions means at
-most that many source connections. Why a Python data source rather than Spark
-JDBC: both paths of the type contract then end in the same Python function
-(types.py), so a snapshot row and a binlog row cannot drift apart; the
-decoding sits behind `read_chunk`, which a faster reader can replace.
+position (`_pos`, row index 0). Chunks are read by Spark's JDBC reader where
+every column has a JDBC form (jdbc.py: the type contract as SQL, rows never in
+Python), else by the PySpark Python data source here (`read_chunk`), whose
+values go through the type contract's Python functions (types.py) as binlog
+rows do. Either way Spark executors open the connections, so a cluster scales
+the read; `parallelism` partitions read at once means at most that many source
+connections. The golden all-types test holds both readers and the binlog to
+the same values.
 
 The lake commits chunks in waves of `chunks_per_commit` (ingest/lake/snapshot.py),
 each commit carrying the snapshot id, the wave number (also the txn version) and
