@@ -60,6 +60,9 @@ class TableChanges:
     records: list[ChangeRecord]
     columns: list[tuple[str, str]]
     """Every column the records carry, with its Spark type, in the table's order."""
+    sliced: bool = False
+    """The batch was too large to read here: `records` is empty and Spark's executors read this table's
+    changes, one slice of the batch each (SourceBatch.slices)."""
 
 
 @dataclass(frozen=True)
@@ -73,3 +76,6 @@ class SourceBatch:
     extra: dict[str, Any]
     skipped: dict[str, str] = field(default_factory=dict)
     """Tables left out of the batch (unreadable until fixed), with why."""
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    """For a batch read on Spark's executors: the parts of its range that decode on their own, in the
+    source's terms (metadata), which together are the whole batch."""

@@ -77,6 +77,10 @@ class CdcSettings(BatchRetries):
     """Whether the sensor starts switched on."""
     max_lag_seconds: Annotated[int, Field(ge=1)] = 900
     """The freshness check fails when the source has changes silver lacks and silver last merged longer ago."""
+    executor_min_bytes: Annotated[int, Field(ge=0)] = 2 * 2**20
+    """A batch of at least this many binlog bytes is decoded on Spark's executors, slice by slice (a
+    cluster scales it, and no row of it is held by the run's process); a smaller one is decoded by the
+    run itself, which starts no Spark job for it. 0: every batch on the executors."""
 
 
 class ColumnSelection(_Model):
@@ -284,7 +288,7 @@ class PostgresSource(_Model):
     snapshot: SnapshotSettings = SnapshotSettings()
     """Default snapshot settings for every table of the source."""
     cdc: CdcSettings = CdcSettings()
-    """How often the sensor polls the WAL head (`max_batch_files` does not apply)."""
+    """How often the sensor polls the WAL head (`max_batch_files` and `executor_min_bytes` do not apply)."""
     connect_timeout: Annotated[int, Field(ge=1, le=600)] = 10
     """Seconds to wait for a connection before failing."""
 

@@ -24,6 +24,9 @@ from ingest.sources.mysql.snapshot import (
 from ingest.sources.mysql.types import column_type
 
 DATA_SOURCE_NAME = "ingest_mysql_chunks"
+SLICES_SOURCE_NAME = "ingest_mysql_binlog_slices"
+ARROW_ROWS = 10_000
+"""Changes an executor converts to Arrow at a time: its memory holds this many, whatever the slice."""
 
 
 def snapshot_ddl(schema: TableSchema) -> str:
@@ -238,3 +241,69 @@ class SnapshotWrite:
             meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
             meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()
         return meta
+
+
+# ---------------------------------------------------------------- change batches read on executors
+
+def change_batch_writes(source: str, params: ConnectionParams, batch, captured) -> Any:
+    """A change batch as bronze writes (lake.bronze.ChangeBatch). A batch the source only planned
+    (`batch.slices`) gets, for each table it touched, a DataFrame whose partitions are the slices,
+    each decoded on an executor (`read_slice`): the binlog is fetched once per table, and each read
+    decodes only that table's rows, so the work is the batch's rows, not rows times tables."""
+    from functools import partial
+
+    from ingest.lake.bronze import bronze_writes
+
+    frames = {t: partial(read_slices_df, params=params, table=t, captured=captured[t], slices=batch.slices,
+                         columns=changes.columns, batch_key=batch.key)
+              for t, changes in batch.tables.items() if changes.sliced}
+    return bronze_writes(source, batch, frames)
+
+
+def read_slices_df(spark, *, params: ConnectionParams, table: str, captured, slices: list[dict],
+                   columns: list[tuple[str, str]], batch_key: str):
+    """One table's changes in a batch, one Spark partition per slice, in bronze's schema."""
+    from ingest.lake.bronze import bronze_ddl
+    from ingest.lake.datasource import register_reader
+
+    register_reader(spark, SLICES_SOURCE_NAME, read_slice, "slices")
+    spec = {
+        "conn": {"host": params.host, "port": params.port, "user": params.user, "database": params.database,
+                 "connect_timeout": params.connect_timeout},
+        "table": table, "keys": list(captured.keys), "excluded": sorted(captured.excluded),
+        "declared": dict(captured.declared), "columns": [list(c) for c in columns], "batch": batch_key,
+        "slices": slices,
+    }
+    return (spark.read.format(SLICES_SOURCE_NAME).option("ddl", bronze_ddl(columns))
+            .option("spec", json.dumps(spec)).option("password", params.password).load())
+
+
+def read_slice(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Any:
+    """One slice of a batch (executor side): its rows events for one table decoded by the same code as
+    a batch read in the driver (binlog.scan_batch), as Arrow record batches of bronze rows."""
+    from ingest.lake.bronze import records_arrow
+    from ingest.sources.mysql.binlog import BatchResult, scan_batch
+    from ingest.sources.mysql.events import CapturedTable
+    from ingest.sources.mysql.positions import BatchRange
+
+    params = ConnectionParams(**spec["conn"], password=options["password"])
+    piece = BatchRange(BinlogPosition.from_metadata(part["start"]), BinlogPosition.from_metadata(part["end"]))
+    table = spec["table"]
+    captured = CapturedTable(tuple(spec["keys"]), frozenset(spec["excluded"]), spec["declared"])
+    columns = [tuple(c) for c in spec["columns"]]
+    result = BatchResult(end=piece.start)
+    held: list = []
+    changes = scan_batch(params, piece, {table: captured}, result)
+    try:
+        for records in changes:
+            if table in result.skipped:
+                # the planning pass saw every table map of the batch: it would have left the table out
+                raise RuntimeError(f"slice {piece.key} of table {table}: {result.skipped[table]}")
+            held.extend(records)
+            if len(held) >= ARROW_ROWS:
+                yield from records_arrow(held, columns, spec["batch"], arrow_schema).to_batches()
+                held = []
+    finally:
+        changes.close()
+    if held:
+        yield from records_arrow(held, columns, spec["batch"], arrow_schema).to_batches()

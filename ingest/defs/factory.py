@@ -165,11 +165,13 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                         captured[t] = CapturedTable(tuple(recorded.value), source.tables.excluded_columns(t))
             return read_change_batch(params, name, batch, captured, all_tables=tables,
                                      previous_server_id=last_server_id(context.instance, name, tables),
-                                     skipped=skipped)
+                                     skipped=skipped, parallel_min_bytes=source.cdc.executor_min_bytes), captured
 
-        from ingest.lake.bronze import bronze_writes
+        from ingest.adapters.mysql import change_batch_writes
 
-        return bronze_writes(name, retry_batch_read(once, name, batch, params))
+        # a large batch is only planned here: its tables' changes are read on Spark's executors
+        got, captured = retry_batch_read(once, name, batch, params)
+        return change_batch_writes(name, params, got, captured)
 
     text = BatchAssetText(
         "mysql", lambda t: f"`{source.database}.{t}`", "with op, `_pos`, commit time, GTID and the before image of "
@@ -244,7 +246,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
             skipped = {}
             if reads:
                 writes = read(context, batch)
-                changed = {t: w for t, w in writes.items() if w.records}
+                changed = {t: w for t, w in writes.items() if w.changed}
                 skipped = writes.skipped
                 for t, reason in skipped.items():
                     context.log.warning(f"batch {batch}: table {t} left out: {reason}")
@@ -282,7 +284,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
             if reads and "batch_log" in selected:
                 yield "batch_log", log_key, BatchLogWrite(
                     name, None, batch, writes.positions["start"], writes.positions["end"],
-                    {t: len(w.records) for t, w in changed.items()}, extra=log_extra(writes), skipped=skipped)
+                    change_counts(lake, name, batch, changed), extra=log_extra(writes), skipped=skipped)
 
         # A partition range (one run under the single-run backfill policy) commits each batch before
         # reading the next, so memory holds one batch; the last one goes out through the outputs.
@@ -298,6 +300,14 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
         yield from quarantined
 
     return _batch
+
+
+def change_counts(lake, name: str, batch: str, changed: dict) -> dict[str, int]:
+    """Changes per table of a batch whose bronze appends are committed: counted in the driver, or for
+    changes read by executors, from their bronze commit."""
+    return {t: len(w.records) if w.frame is None else int(last_commit(
+        lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch).metrics.get("numOutputRows", 0))
+        for t, w in changed.items()}
 
 
 def needs_snapshot_merge(lake, name: str, table: str, layer: str | None = None) -> bool:

@@ -50,17 +50,29 @@ def image_json(image: dict[str, Any] | None) -> str | None:
     return json.dumps({k: _json_value(v) for k, v in image.items()}, sort_keys=True, default=str)
 
 
-def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
-    """A DataFrame of one table's changes in one batch, through Arrow."""
+def bronze_ddl(columns: Sequence[tuple[str, str]], with_unchanged: bool = False) -> str:
+    """The schema of one table's bronze rows as DDL: its columns (source names, Spark types), then META_DDL."""
+    return ", ".join([*(f"{spark_ident(n)} {t}" for n, t in columns), META_DDL,
+                      *([f"`{UNCHANGED_COLUMN}` array<string>"] if with_unchanged else [])])
+
+
+def bronze_schema(columns: Sequence[tuple[str, str]], with_unchanged: bool = False):
+    from pyspark.sql.types import StructType
+
+    return StructType.fromDDL(bronze_ddl(columns, with_unchanged))
+
+
+def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str,
+                  arrow_schema=None):
+    """One table's changes as an Arrow table of bronze rows (in the driver, or on an executor that
+    decoded them). `arrow_schema`: the bronze schema's Arrow form, when the caller has it already."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType
 
     unchanged = [[lake_name(n) for n, v in r.row.items() if v is UNCHANGED] for r in records]
     with_unchanged = any(unchanged)
-    schema = StructType.fromDDL(", ".join([*(f"{spark_ident(n)} {t}" for n, t in columns), META_DDL,
-                                           *([f"`{UNCHANGED_COLUMN}` array<string>"] if with_unchanged else [])]))
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    if arrow_schema is None or with_unchanged:
+        arrow_schema = to_arrow_schema(bronze_schema(columns, with_unchanged), timezone="UTC")
     data: list[list[Any]] = [[None if (v := r.row.get(n)) is UNCHANGED else v for r in records] for n, _ in columns]
     data += [
         [r.op.value for r in records],
@@ -73,7 +85,13 @@ def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[s
         *([[u or None for u in unchanged]] if with_unchanged else []),
     ]
     arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
-    table = pa.Table.from_arrays(arrays, schema=arrow_schema)
+    return pa.Table.from_arrays(arrays, schema=arrow_schema)
+
+
+def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
+    """A DataFrame of one table's changes in one batch, through Arrow."""
+    table = records_arrow(records, columns, batch_key)
+    schema = bronze_schema(columns, UNCHANGED_COLUMN in table.column_names)
     return spark.createDataFrame(table, schema=schema)  # with the schema: Connect refuses an empty table without
 
 
@@ -90,8 +108,18 @@ class BronzeWrite:
     """start, end, last GTID and the like: committed with the rows."""
     extra: dict[str, Any]
     """Figures for the UI only (lag, headroom)."""
+    frame: Callable[[Any], Any] | None = None
+    """For a batch too large to hold here: the changes as a DataFrame that Spark's executors read from
+    the source (given the session), in place of `records`."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether the batch has changes of this table (a table without gets no commit)."""
+        return bool(self.records) or self.frame is not None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
+        if self.frame is not None:
+            return append_frame(spark, path, self, log) | dict(self.extra)
         return append_changes(spark, path, self.source, self.table, self.batch_key, self.records, self.columns,
                               self.positions, log) | dict(self.extra)
 
@@ -113,10 +141,13 @@ class ChangeBatch(dict):
         return next(iter(self.values())).positions
 
 
-def bronze_writes(source: str, batch: SourceBatch) -> ChangeBatch:
-    """A source's change batch as one bronze append per table it holds."""
+def bronze_writes(source: str, batch: SourceBatch, frames: Mapping[str, Callable[[Any], Any]] | None = None
+                  ) -> ChangeBatch:
+    """A source's change batch as one bronze append per table it holds; `frames`: the tables whose
+    changes Spark's executors read (see BronzeWrite.frame)."""
+    frames = frames or {}
     return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
-                                           batch.positions, batch.extra)
+                                           batch.positions, batch.extra, frames.get(table))
                         for table, changes in batch.tables.items()}, batch.skipped, batch.positions)
 
 
@@ -139,6 +170,23 @@ def _not_yet_held(spark, path: str, df, records: Sequence[ChangeRecord]):
             .where(f"_pos BETWEEN CAST({int(lo)} AS DECIMAL(38,0)) AND CAST({int(hi)} AS DECIMAL(38,0))")
             .select("_pos").distinct())
     return df.join(held, "_pos", "left_anti").select(*df.columns)
+
+
+def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None]) -> dict[str, Any]:
+    """Append a batch's changes that executors read (`write.frame`), with its positions in the same
+    commit; a repeat adds nothing (its txn id). Counted from the commit: the rows never reach here."""
+    log(f"bronze {write.source}/{write.table} batch {write.batch_key}: appending the changes read by executors")
+    record = BronzeCommit(write.source, write.table, write.batch_key, write.positions)
+    try:
+        outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True)
+    except Exception as exc:
+        from ingest.lake.datasource import executor_error
+
+        raise (executor_error(exc) or exc) from exc
+    log(f"bronze {write.source}/{write.table} batch {write.batch_key}: "
+        + (f"committed {outcome.rows} changes" if outcome.committed else "already committed: nothing written"))
+    return {"rows": outcome.rows, "committed": outcome.committed, "delta_version": outcome.version,
+            **write.positions}
 
 
 def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],

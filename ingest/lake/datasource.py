@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,3 +51,26 @@ def register_reader(spark, name: str, read_part: Callable[[dict[str, Any], dict[
             return Reader(self.options, schema)
 
     spark.dataSource.register(_Source)
+
+
+_EXECUTOR_ERROR = re.compile(r"^(ingest(?:\.\w+)+)\.(\w+): (.+)$", re.MULTILINE)
+
+
+def executor_error(exc: BaseException) -> BaseException | None:
+    """The project's named error that a Python data source raised on an executor (a purged binlog, a
+    lost slot), rebuilt from the text Spark reports it with, so that the driver raises what the source
+    raised; None when the failure is another one. Only classes of this project's modules that take
+    one message are rebuilt."""
+    import importlib
+
+    found = _EXECUTOR_ERROR.findall(str(exc))
+    if not found:
+        return None
+    module, name, message = found[-1]
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls(message)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return None

@@ -1,13 +1,16 @@
-"""Random DML over several tables; batches applied to silver in random order, with repeats, equal the source."""
+"""Random DML over several tables; batches (decoded here or on executors) applied to silver in random order, with
+repeats, equal the source."""
 
 import itertools
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ingest.adapters.mysql import change_batch_writes
 from ingest.lake.bronze import bronze_writes
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import LakeTable
 from ingest.sources.mysql.cdc import read_change_batch
+from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.conftest import snapshot
 
@@ -64,7 +67,14 @@ def test_random_workload_any_batch_order_converges(spark, root, params, tmp_path
     keys = {t: ["k1", "k2"] for t in tables.values()}
     batches = [BatchRange(a, b).key for a, b in zip(bounds, bounds[1:])]
     for key in batches:
-        for t, write in bronze_writes("prop", read_change_batch(params, "prop", key, keys)).items():
+        # a batch is decoded here, or planned here and decoded on executors in slices of a transaction or two
+        if data.draw(st.booleans(), label=f"batch {key} on executors"):
+            writes = change_batch_writes("prop", params, read_change_batch(params, "prop", key, keys,
+                                                                           parallel_min_bytes=0, slice_bytes=200),
+                                         {t: CapturedTable.of(k) for t, k in keys.items()})
+        else:
+            writes = bronze_writes("prop", read_change_batch(params, "prop", key, keys))
+        for t, write in writes.items():
             write.apply(spark, str(lake / t / "bronze"), lambda m: None)
     order = data.draw(st.permutations(batches))
     repeats = data.draw(st.lists(st.sampled_from(batches), max_size=2))

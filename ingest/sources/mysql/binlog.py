@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pymysql
@@ -26,6 +26,7 @@ from ingest.sources.mysql.errors import (
 from ingest.sources.mysql.events import CapturedTable, MappedColumn, TableDecoder, emptied_tables, row_changes
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams
+from ingest.sources.mysql.slices import Transaction
 
 REQUIRED_SETTINGS = {"log_bin": "1", "binlog_format": "ROW", "binlog_row_image": "FULL",
                      "binlog_row_metadata": "FULL"}
@@ -119,11 +120,14 @@ class BatchResult:
     ddl: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     """Tables left out of this batch, with why (a column type outside the contract)."""
+    touched: set[str] = field(default_factory=set)
+    """Tables of ours with row events or a TRUNCATE in the batch (less those left out)."""
 
     def skip(self, table: str, reason: str) -> None:
         """Leave a table out of the batch whole: none of its changes, so none is half-applied."""
         self.records.pop(table, None)
         self.decoders.pop(table, None)
+        self.touched.discard(table)
         self.skipped[table] = reason
 
 
@@ -151,25 +155,77 @@ def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     """Decode the transactions that begin in [batch.start, batch.end) for `tables` (name: its key, or a
     CapturedTable). A table whose rows cannot be decoded is left out of the result and named in
     `skipped`, so that it does not hold back the others (see BatchResult.skip)."""
+    result = BatchResult(end=batch.start)
+    for records in scan_batch(params, batch, tables, result, server_id):
+        if records and records[0].table not in result.skipped:
+            result.records.setdefault(records[0].table, []).extend(records)
+    return result
+
+
+def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
+               server_id: int | None = None) -> tuple[BatchResult, list[Transaction]]:
+    """The planning pass over [batch.start, batch.end): row events are not decoded (their headers are
+    read and skipped), so it costs the raw transfer. It gives everything a batch says of itself but its
+    rows: the tables it touched (`touched`) with their columns (`decoders`, from the table maps), the
+    tables it must leave out, its DDL, end, GTID and transactions; and where each transaction starts and
+    how large it is, to cut slices (slices.cut_slices) that executors decode with `scan_batch`."""
+    result = BatchResult(end=batch.start)
+    transactions: list[Transaction] = []
+    for _ in scan_batch(params, batch, tables, result, server_id, transactions):
+        pass  # TRUNCATE records: the slice that holds the statement produces them
+    return result, transactions
+
+
+def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
+               result: BatchResult, server_id: int | None = None,
+               transactions: list[Transaction] | None = None) -> Iterator[list[ChangeRecord]]:
+    """Yield the change records of the transactions that begin in [batch.start, batch.end), one list per
+    rows event (or TRUNCATE), for `tables`, noting in `result` what the batch says of itself as it goes.
+
+    With `transactions` (the planning pass), row events are skipped unparsed and each transaction's
+    start and size is appended there instead; tables are then known from their table maps.
+    A caller that stops early must close the generator (it closes the binlog stream).
+    """
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     key_columns = {t: CapturedTable.of(v) for t, v in tables.items()}
-    result = BatchResult(end=batch.start)
+    planning = transactions is not None
     if batch.end <= batch.start:
-        return result
+        return
     stream = BinLogStreamReader(
         {"host": params.host, "port": params.port, "user": params.user, "passwd": params.password,
          "connect_timeout": params.connect_timeout},
         server_id=server_id or reader_server_id(), resume_stream=True, log_file=batch.start.file,
         log_pos=batch.start.pos, blocking=False, is_mariadb=False,
+        ignored_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent] if planning else None,
     )
     decoders: dict[tuple[str, tuple], TableDecoder] = {}
     current_file = batch.start.file
     in_trx = False
     seen_event = False
     gtid = None
+    last = batch.start  # where the event before the current one ended
+    begun: BinlogPosition | None = None  # where the current transaction's GTID event starts
+
+    def decoder_for(table: str, columns) -> TableDecoder | None:
+        """The table's decoder for this table map (None: the table is left out of the batch)."""
+        if table in result.skipped:
+            return None
+        signature = tuple((c.name, c.type, c.unsigned, c.character_set_name) for c in columns)
+        decoder = decoders.get((table, signature))
+        if decoder is None:
+            try:
+                decoder = TableDecoder.from_table_map(table, _mapped_columns(columns), key_columns[table])
+            except UnsupportedColumnType as exc:
+                result.skip(table, str(exc))
+                return None
+            decoders[(table, signature)] = decoder
+            result.decoders.setdefault(table, []).append(decoder)
+        result.touched.add(table)
+        return decoder
+
     try:
         for event in stream:
             if isinstance(event, RotateEvent):
@@ -184,33 +240,30 @@ def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                     # past one began at or after it: the transaction is the next batch's.
                     break
                 in_trx, gtid, seen_event = True, event.gtid, True
+                # a GTID event follows the previous event in its file (a rotation starts the file anew)
+                begun = last if last.file == current_file else BinlogPosition(current_file, end_pos.pos - event.event_size)
+                last = end_pos
                 continue
+            last = end_pos
             if not seen_event and isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 raise BatchBoundaryError(
                     f"batch {batch.key} starts inside a transaction (a rows event came before any GTID "
                     "event): batch starts must be positions from SHOW MASTER STATUS or earlier batch ends"
                 )
             committed_at = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
-            if isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if (event.schema != params.database or event.table not in key_columns
-                        or event.table in result.skipped):
+            if isinstance(event, TableMapEvent):
+                if planning and event.schema == params.database and event.table in key_columns:
+                    decoder_for(event.table, event.columns)
+            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if event.schema != params.database or event.table not in key_columns:
                     continue
-                signature = tuple((c.name, c.type, c.unsigned, c.character_set_name) for c in event.columns)
-                decoder = decoders.get((event.table, signature))
+                decoder = decoder_for(event.table, event.columns)
                 if decoder is None:
-                    try:
-                        decoder = TableDecoder.from_table_map(event.table, _mapped_columns(event.columns),
-                                                              key_columns[event.table])
-                    except UnsupportedColumnType as exc:
-                        result.skip(event.table, str(exc))
-                        continue
-                    decoders[(event.table, signature)] = decoder
-                    result.decoders.setdefault(event.table, []).append(decoder)
+                    continue
                 kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
                 # the key silver merges on (the library's primary_key is a bare string for one column)
                 keys = list(key_columns[event.table].keys)
-                result.records.setdefault(event.table, []).extend(
-                    row_changes(event.table, kind, event.rows, decoder, keys, end_pos, committed_at, gtid))
+                yield row_changes(event.table, kind, event.rows, decoder, keys, end_pos, committed_at, gtid)
             elif isinstance(event, QueryEvent):
                 query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
                 if query.strip().upper() in ("BEGIN", "COMMIT"):
@@ -221,10 +274,15 @@ def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                     # DDL: MariaDB logs it as its own GTID transaction with no XID
                     in_trx = False
                     result.transactions += 1
-                    _note_ddl(result, event, query, params.database, key_columns, end_pos, committed_at, gtid)
+                    yield from _note_ddl(result, event, query, params.database, key_columns, end_pos,
+                                         committed_at, gtid)
             elif isinstance(event, XidEvent):
                 in_trx = False
                 result.transactions += 1
+            if not in_trx and begun is not None and transactions is not None:
+                size = end_pos.pos - begun.pos if end_pos.file == begun.file else end_pos.pos
+                transactions.append(Transaction(begun, size))
+                begun = None
             result.end = end_pos
             result.last_committed_at = committed_at
             result.last_gtid = gtid
@@ -241,17 +299,16 @@ def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
         stream.close()
     if result.end < batch.end and not in_trx:
         result.end = batch.end  # nothing of ours between the last event and the requested end
-    return result
 
 
-def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> None:
+def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> Iterator[list[ChangeRecord]]:
     """TRUNCATE and DROP TABLE of a tracked table empty it: a TRUNCATE record at this position."""
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
     result.ddl.append(query)
     for table in emptied_tables(query, schema, database):
         if table in key_columns and table not in result.skipped:
-            result.records.setdefault(table, []).append(
-                ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid))
+            result.touched.add(table)
+            yield [ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid)]
 
 
 def keys_changed(params, schema, batch: BatchRange) -> set[tuple]:

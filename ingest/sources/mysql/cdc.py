@@ -9,13 +9,18 @@ from typing import Any, TypeVar
 
 from ingest.changes import SourceBatch, TableChanges
 from ingest.sources.mysql.binlog import (
-    binary_logs, check_available, check_binlog_settings, master_position, read_batch,
+    binary_logs, check_available, check_binlog_settings, master_position, plan_batch, read_batch,
 )
 from ingest.retry import retrying
 from ingest.sources.mysql.errors import BinlogGap, SourceUnreachable, is_transient
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition, split_binlog_file
 from ingest.sources.mysql.schema import ConnectionParams
+from ingest.sources.mysql.slices import SLICE_BYTES, cut_slices
+
+PARALLEL_MIN_BYTES = 2 * 2**20
+"""A batch with this much binlog or more is decoded on Spark's executors, slice by slice; a smaller one
+here, where it costs no Spark job to start (most sensor batches are a few KiB)."""
 
 T = TypeVar("T")
 
@@ -102,11 +107,17 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
                       key_columns: Mapping[str, CapturedTable | Sequence[str]],
                       all_tables: Sequence[str] | None = None,
                       previous_server_id: int | None = None,
-                      skipped: Mapping[str, str] | None = None) -> SourceBatch:
+                      skipped: Mapping[str, str] | None = None,
+                      parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+                      slice_bytes: int = SLICE_BYTES) -> SourceBatch:
     """Read one batch for the tables in `key_columns` (name: CapturedTable or key): the changes of each
     table of `all_tables` (tables with no key known get none). Tables in `skipped` (already
     known to be unreadable) and tables whose rows cannot be decoded get none, and are named in the
-    result's `skipped`."""
+    result's `skipped`.
+
+    A batch of at least `parallel_min_bytes` of binlog is only planned here: the result names the
+    tables it touched with their columns (`sliced`) and the slices (`slices`) that Spark's executors
+    decode (ingest/adapters/mysql.py), so no row of it is held in this process."""
     skipped = dict(skipped or {})
     tables = sorted(t for t in (all_tables or key_columns) if t not in skipped)
     with params.connect() as conn:
@@ -123,7 +134,14 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
             f"source {source}: batch {batch_key} ends at {batch.end}, past the binlog head {head}: the binlog was "
             "reset (RESET MASTER) or this is another server. Fix: re-snapshot the source's tables"
         )
-    result = read_batch(params, batch, {t: v for t, v in key_columns.items() if t not in skipped})
+    readable = {t: v for t, v in key_columns.items() if t not in skipped}
+    sliced = range_bytes(batch, logs) >= parallel_min_bytes
+    if sliced:
+        # large: plan here (headers and table maps only), decode on Spark's executors, slice by slice
+        result, transactions = plan_batch(params, batch, readable)
+        slices = cut_slices(batch.start, result.end or batch.end, transactions, slice_bytes)
+    else:
+        result, slices = read_batch(params, batch, readable), []
     skipped.update(result.skipped)
     now = dt.datetime.now(dt.timezone.utc)
     oldest = BinlogPosition(logs[0][0], 4)
@@ -138,11 +156,25 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
         # how many binlog files the server may still purge before this batch's start is lost
         "retention_headroom_files": batch.start.seq - oldest.seq,
         "ddl": result.ddl,
+        **({"slices": len(slices)} if sliced else {}),
     }
-    return SourceBatch(batch_key, {
-        t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])))
-        for t in tables if t not in skipped
-    }, positions, extra, skipped)
+    if sliced:
+        changes = {t: TableChanges([], columns_of(result.decoders.get(t, [])), sliced=True)
+                   for t in tables if t in result.touched}
+    else:
+        changes = {t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])))
+                   for t in tables if t not in skipped}
+    return SourceBatch(batch_key, changes, positions, extra, skipped, [s.to_metadata() for s in slices])
+
+
+def range_bytes(batch: BatchRange, logs: Sequence[tuple[str, int]]) -> int:
+    """Binlog bytes in [batch.start, batch.end), from the files' sizes (SHOW BINARY LOGS) (pure)."""
+    if batch.start.file == batch.end.file:
+        return batch.end.pos - batch.start.pos
+    sizes = {f: size for f, size in logs}
+    inside = [f for f in sizes if batch.start.seq < split_binlog_file(f)[1] < batch.end.seq]
+    return (sizes.get(batch.start.file, batch.start.pos) - batch.start.pos + sum(sizes[f] for f in inside)
+            + batch.end.pos)
 
 
 def columns_of(decoders: Sequence) -> list[tuple[str, str]]:
