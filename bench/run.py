@@ -40,7 +40,7 @@ MODES = {
              "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000, "merge_small": 100_000,
              "merge_big": 10_000_000},
 }
-BENCHMARKS = ("snapshot", "cdc", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "merge", "soak")
+BENCHMARKS = ("snapshot", "cdc", "large_txn", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "merge", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "memory":
                 got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
                                                **SNAPSHOT)
+            elif name == "large_txn":  # one transaction of 1M row events against one of 10k, in both modes
+                got = mysql_bench.large_txn_bench(spark, server, params, lake, 10_000, 1_000_000, log=log)
             elif name == "reconcile":  # the snapshot's size, and a tenth of it
                 got = mysql_bench.reconcile_bench(spark, server, params, lake, sizes["snapshot_rows"] // 10,
                                                   sizes["snapshot_rows"], log=log, **SNAPSHOT)
