@@ -16,6 +16,7 @@ import datetime as dt
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pymysql
 
@@ -150,13 +151,38 @@ def reader_server_id() -> int:
     return random.randint(1_000_000, 2_000_000_000)
 
 
+class CompiledRows:
+    """rows.py's readers of the table maps a stream has seen, compiled once per table map."""
+
+    def __init__(self) -> None:
+        self._readers: dict[int, tuple[Any, Any]] = {}
+
+    def rows(self, event, update: bool) -> list[dict] | None:
+        """The event's rows as the library's `rows` gives them, or None: let the library read them (a
+        type rows.py does not read, or a row image that is not FULL)."""
+        from ingest.sources.mysql.rows import compile_rows
+
+        columns = event.columns
+        cached = self._readers.get(event.table_id)
+        if cached is None or cached[0] is not columns:  # a new table map: the same id may be another table
+            cached = (columns, compile_rows(columns))
+            self._readers[event.table_id] = cached
+        reader = cached[1]
+        full = (1 << event.number_of_columns) - 1
+        bitmaps = [event.columns_present_bitmap, *([event.columns_present_bitmap2] if update else [])]
+        if reader is None or len(columns) != event.number_of_columns or any(
+                int.from_bytes(b, "little") & full != full for b in bitmaps):
+            return None
+        return reader.rows(event.packet.read(event.event_size - event.packet.read_bytes), update)
+
+
 def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
-               server_id: int | None = None) -> BatchResult:
+               server_id: int | None = None, fast_rows: bool = True) -> BatchResult:
     """Decode the transactions that begin in [batch.start, batch.end) for `tables` (name: its key, or a
     CapturedTable). A table whose rows cannot be decoded is left out of the result and named in
     `skipped`, so that it does not hold back the others (see BatchResult.skip)."""
     result = BatchResult(end=batch.start)
-    for records in scan_batch(params, batch, tables, result, server_id):
+    for records in scan_batch(params, batch, tables, result, server_id, fast_rows=fast_rows):
         if records and records[0].table not in result.skipped:
             result.records.setdefault(records[0].table, []).extend(records)
     return result
@@ -178,12 +204,14 @@ def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
 
 def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
                result: BatchResult, server_id: int | None = None,
-               transactions: list[Transaction] | None = None) -> Iterator[list[ChangeRecord]]:
+               transactions: list[Transaction] | None = None, fast_rows: bool = True) -> Iterator[list[ChangeRecord]]:
     """Yield the change records of the transactions that begin in [batch.start, batch.end), one list per
     rows event (or TRUNCATE), for `tables`, noting in `result` what the batch says of itself as it goes.
 
     With `transactions` (the planning pass), row events are skipped unparsed and each transaction's
     start and size is appended there instead; tables are then known from their table maps.
+    Rows are read by rows.py's compiled readers where they cover the table map (`fast_rows`), else by
+    python-mysql-replication; both give the same values.
     A caller that stops early must close the generator (it closes the binlog stream).
     """
     from pymysqlreplication import BinLogStreamReader
@@ -202,6 +230,7 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
         ignored_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent] if planning else None,
     )
     decoders: dict[tuple[str, tuple], TableDecoder] = {}
+    compiled = CompiledRows()
     current_file = batch.start.file
     in_trx = False
     seen_event = False
@@ -263,7 +292,9 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                 kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
                 # the key silver merges on (the library's primary_key is a bare string for one column)
                 keys = list(key_columns[event.table].keys)
-                yield row_changes(event.table, kind, event.rows, decoder, keys, end_pos, committed_at, gtid)
+                rows = compiled.rows(event, kind == "update") if fast_rows else None
+                yield row_changes(event.table, kind, event.rows if rows is None else rows, decoder, keys, end_pos,
+                                  committed_at, gtid)
             elif isinstance(event, QueryEvent):
                 query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
                 if query.strip().upper() in ("BEGIN", "COMMIT"):
