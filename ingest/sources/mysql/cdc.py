@@ -158,12 +158,10 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
         "ddl": result.ddl,
         **({"slices": len(slices)} if sliced else {}),
     }
-    if sliced:
-        changes = {t: TableChanges([], columns_of(result.decoders.get(t, [])), sliced=True)
-                   for t in tables if t in result.touched}
-    else:
-        changes = {t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])))
-                   for t in tables if t not in skipped}
+    # every table of ours, as a batch read here gives them: the untouched ones without changes
+    changes = {t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])),
+                               sliced=sliced and t in result.touched)
+               for t in tables if t not in skipped}
     return SourceBatch(batch_key, changes, positions, extra, skipped, [s.to_metadata() for s in slices])
 
 
