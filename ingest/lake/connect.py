@@ -231,6 +231,8 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
             "Fix: start it (`ingest spark start` for the local one), or point INGEST_SPARK_REMOTE / spark.remote "
             "in the sources file at a running server") from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
+    # the server's default is the embedded one's; a cluster's may be another, and the type contract is in UTC
+    session.conf.set("spark.sql.session.timeZone", "UTC")
     if embedded:
         session.client.set_retry_policies([_while_alive(embedded.pid)])
     return session

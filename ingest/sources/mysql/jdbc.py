@@ -1,9 +1,10 @@
 """The snapshot's chunks read by Spark's JDBC reader: the type contract as SQL on both ends (pure).
 
 Rows then never pass through Python: the server turns each column into a form JDBC carries without loss
-(`select`, e.g. a TIME as its text, a TIMESTAMP as epoch seconds, a BIT as hex) and a Spark SQL
-expression over that gives the contract's value and type (`spark`, e.g. try_cast to date, so a zero
-date is NULL). The contract itself stays in types.py: the golden all-types test holds both readers and
+(`select`, e.g. a TIME as its text, a TIMESTAMP as epoch seconds, a DATETIME as microseconds since
+year 1, which a zero date has none of, a BIT as hex) and a Spark SQL expression over that gives the
+contract's value and type (`spark`). The CAST to timestamp_ntz reads the session's time zone, which
+every session of the project sets to UTC (lake/connect.py). The contract itself stays in types.py: the golden all-types test holds both readers and
 the binlog path to the same values.
 
 Each Spark partition is one chunk, read by its own connection in its own `START TRANSACTION WITH
@@ -30,6 +31,8 @@ DRIVER = "org.mariadb.jdbc.Driver"
 SESSION_INIT = ("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 POSITION_COLUMN = "_pos"
+YEAR_1_TO_EPOCH_MICROS = 719_162 * 86_400 * 10**6
+"""Microseconds from 0001-01-01 to 1970-01-01 (719,162 days)."""
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,17 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
         size = max(1, ((column.numeric_precision or 1) + 7) // 8)
         select = f"LPAD(HEX({col}), {2 * size}, '0')"
         spark = f"unhex({a})"
-    elif kind in ("date", "datetime", "time", "uuid", "inet4", "inet6", "enum"):
-        # text, so that zero and partial-zero dates reach Spark (try_cast makes them NULL) and dates
-        # before 1582 are not shifted by java.sql.Date's calendar
+    elif kind == "datetime":
+        # microseconds since 0001-01-01 (both sides count in the proleptic Gregorian calendar, so dates
+        # before 1582 are not shifted as java.sql.Timestamp would); a zero or partial-zero value has no
+        # such number and is NULL. A number over the wire and integer arithmetic, not text to parse.
+        select = f"TIMESTAMPDIFF(MICROSECOND, '0001-01-01 00:00:00', {col})"
+        spark = f"CAST(timestamp_micros({a} - {YEAR_1_TO_EPOCH_MICROS}) AS timestamp_ntz)"
+    elif kind == "date":
+        select = f"DATEDIFF({col}, '1970-01-01')"  # days since the epoch; NULL for zero and partial-zero dates
+        spark = f"date_from_unix_date(CAST({a} AS int))"
+    elif kind in ("time", "uuid", "inet4", "inet6", "enum"):
         select = f"CAST({col} AS CHAR)"
-        spark = f"try_cast({a} AS {ct.spark})" if kind in ("date", "datetime") else _cast(a, ct.spark)
     elif kind == "timestamp":
         # epoch seconds: UNIX_TIMESTAMP of a TIMESTAMP column is its stored UTC instant, whatever the
         # session's time zone; 0 is the zero TIMESTAMP
