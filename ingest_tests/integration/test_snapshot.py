@@ -172,7 +172,8 @@ def test_ddl_during_a_snapshot_restarts_it_with_the_new_shape(spark, mariadb, da
         cur.execute("CREATE TABLE m (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
         cur.execute("INSERT INTO m SELECT seq, seq, 'n' FROM seq_1_to_3000")
     path = str(tmp_path / "m")
-    log = _alter_after_wave(mariadb, database, "snapshot m: 2/6 chunks", statement, in_thread)
+    # after the second wave of six or seven (a dense key is cut by arithmetic on the row estimate)
+    log = _alter_after_wave(mariadb, database, "snapshot m: 2/", statement, in_thread)
     progress = run_snapshot(spark, params, describe(params, "m"), path, source="test", chunk_size=500,
                             parallelism=2, chunks_per_commit=1, log=log)
     assert progress.shape_restarts == 1 and progress.resumed_from_wave is None
