@@ -56,7 +56,8 @@ def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database
             return result.records[0].asset_materialization.metadata
 
         snap = latest("cli", "accounts", "snapshot")
-        assert snap["rows"].value == 5000 and snap["chunks"].value == 5
+        # 5000 rows in chunks of 1000; a dense key is cut by the server's row estimate, which may be off
+        assert snap["rows"].value == 5000 and snap["chunks"].value in (4, 5, 6)
         assert snap["log_start"].value["file"].startswith("mysql-bin.")
         assert snap["min_chunk_position"].value["pos"] >= snap["log_start"].value["pos"]
         assert snap["table_uri"].value.endswith("/lake/cli/accounts/snapshot")

@@ -89,6 +89,9 @@ def test_even_boundaries_cut_a_dense_integer_key_into_chunk_size_ranges():
     # a resumed snapshot starts at its next key; keys with gaps (span up to twice the rows) still count
     assert even_boundaries(1, 2000, 1000, 250, start=1200) == [1700]
     assert even_boundaries(5, 5, 1, 100) == []
+    # an estimate a little over the real count (InnoDB's) adds no chunk of a few rows at the end
+    assert even_boundaries(1, 5000, 5013, 1000) == [1001, 2001, 3001, 4001]
+    assert even_boundaries(1, 5000, 4990, 1000) == [1001, 2001, 3001, 4001]
 
 
 def test_even_boundaries_leave_sparse_keys_and_unknown_sizes_to_the_seeks():

@@ -109,7 +109,9 @@ def even_boundaries(lowest: int, highest: int, rows: int, chunk_size: int,
     span = highest - lowest + 1
     if rows < 1 or span < 1 or span > DENSE_KEYS * rows:
         return None
-    width = max(1, span * chunk_size // rows)
+    # as many chunks as the estimate rounds to, of equal width: an estimate a little over the real
+    # count must not add a tail chunk of a few rows (each chunk costs a connection and a snapshot)
+    width = -(-span // max(1, round(rows / chunk_size)))
     first = lowest if start is None else max(lowest, start)
     return list(range(first + width, highest + 1, width))
 
