@@ -58,53 +58,75 @@ def raw_get_records(client, streams, table: str) -> tuple[float, int]:
     return time.perf_counter() - started, n
 
 
-def dynamodb_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> list[Result]:
+def dynamodb_bench(spark, start_server, lake: Path, items: int, log) -> list[Result]:
+    """`start_server()` starts a DynamoDB Local and returns it (`.endpoint_url`, `.stop()`): the scan and
+    the stream each get their own, since one instance writes stream tables several times slower once
+    it holds some 20k stream records."""
+    server = start_server()
+    try:
+        scan = scan_bench(spark, server.endpoint_url, lake, items, log)
+    finally:
+        server.stop()
+    server = start_server()
+    try:
+        return [scan, stream_bench(spark, server.endpoint_url, lake, items, log)]
+    finally:
+        server.stop()
+
+
+def clients(endpoint_url: str):
     import boto3
 
-    from ingest.adapters.dynamodb import StreamBatchWrite
     from ingest.sources.dynamodb.client import ClientSettings
+
+    return (boto3.client("dynamodb", endpoint_url=endpoint_url, region_name="us-east-1"),
+            boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name="us-east-1"),
+            ClientSettings("us-east-1", endpoint_url, "local", "local"))
+
+
+def snapshot(spark, settings, lake: Path, table: str, segments: int, parallelism: int) -> tuple[float, dict]:
     from ingest.adapters.dynamodb import ScanSnapshotWrite
 
-    quiet = lambda _m: None  # noqa: E731
-    client = boto3.client("dynamodb", endpoint_url=endpoint_url, region_name="us-east-1")
-    streams = boto3.client("dynamodbstreams", endpoint_url=endpoint_url, region_name="us-east-1")
-    settings = ClientSettings("us-east-1", endpoint_url, "local", "local")
+    write = ScanSnapshotWrite("bench", table, settings, ATTRIBUTES, segments, parallelism, segments, False, None)
+    started = time.perf_counter()
+    meta = write.apply(spark, str(lake / table / "snapshot"), lambda _m: None)
+    return time.perf_counter() - started, meta
 
-    def snapshot(table: str, segments: int, parallelism: int) -> tuple[float, dict]:
-        write = ScanSnapshotWrite("bench", table, settings, ATTRIBUTES, segments, parallelism, segments, False, None)
-        started = time.perf_counter()
-        meta = write.apply(spark, str(lake / table / "snapshot"), quiet)
-        return time.perf_counter() - started, meta
 
+def scan_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> Result:
+    client, _, settings = clients(endpoint_url)
     # Scan: a loaded table; a warm-up snapshot first keeps JVM and Python-worker start-up out.
     create_table(client, "scan")
     put_items(client, "scan", items)
     create_table(client, "warm")
     put_items(client, "warm", 200)
-    snapshot("warm", 2, 2)
+    snapshot(spark, settings, lake, "warm", 2, 2)
     raw_s, n = raw_scan(client, "scan")
     assert n == items, (n, items)
-    ours_s, meta = snapshot("scan", 4, 2)
+    ours_s, meta = snapshot(spark, settings, lake, "scan", 4, 2)
     assert meta["rows"] == items, meta
     log(f"scan: ours {ours_s:.1f} s, raw {raw_s:.1f} s")
+    return Result(f"dynamodb_scan_{items // 1000}k", items / ours_s, "boto3_scan_loop_1_thread", items / raw_s,
+                  "items/s", details={"segments": 4, "parallelism": 2, "ours_seconds": ours_s, "raw_seconds": raw_s})
 
+
+def stream_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> Result:
+    from ingest.adapters.dynamodb import StreamBatchWrite
+
+    client, streams, settings = clients(endpoint_url)
     # Stream: snapshot an empty table (its positions: the stream's start), then write, then one batch.
     create_table(client, "changes")
-    snapshot("changes", 1, 1)
+    snapshot(spark, settings, lake, "changes", 1, 1)
     put_items(client, "changes", items)
     raw_stream_s, records = raw_get_records(client, streams, "changes")
     assert records == items, (records, items)
     batch = StreamBatchWrite("bench", "changes", "00000001", settings, ATTRIBUTES, items + 1, 1000)
     started = time.perf_counter()
-    got = batch.apply(spark, str(lake / "changes" / "bronze"), quiet)
+    got = batch.apply(spark, str(lake / "changes" / "bronze"), lambda _m: None)
     ours_stream_s = time.perf_counter() - started
     assert got["rows"] == items, got
     log(f"stream: ours {ours_stream_s:.1f} s, raw {raw_stream_s:.1f} s")
-    return [
-        Result(f"dynamodb_scan_{items // 1000}k", items / ours_s, "boto3_scan_loop_1_thread", items / raw_s,
-               "items/s", details={"segments": 4, "parallelism": 2, "ours_seconds": ours_s, "raw_seconds": raw_s}),
-        Result(f"dynamodb_stream_{items // 1000}k", items / ours_stream_s, "boto3_get_records_loop",
-               items / raw_stream_s, "records/s",
-               details={"ours_seconds": ours_stream_s, "raw_seconds": raw_stream_s,
-                        "includes": "GetRecords, decoding, bronze append"}),
-    ]
+    return Result(f"dynamodb_stream_{items // 1000}k", items / ours_stream_s, "boto3_get_records_loop",
+                  items / raw_stream_s, "records/s",
+                  details={"ours_seconds": ours_stream_s, "raw_seconds": raw_stream_s,
+                           "includes": "GetRecords, decoding, bronze append"})

@@ -95,11 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "dynamodb":
                 from bench.dynamodb_bench import dynamodb_bench
 
-                ddb = DynamoDBLocal(free_port()).start()
-                try:
-                    got = dynamodb_bench(spark, ddb.endpoint_url, lake / "dynamodb", sizes["dynamodb_items"], log)
-                finally:
-                    ddb.stop()
+                got = dynamodb_bench(spark, lambda: DynamoDBLocal(free_port()).start(), lake / "dynamodb",
+                                     sizes["dynamodb_items"], log)
             elif name == "postgres":
                 from bench.postgres_bench import postgres_bench
 

@@ -66,11 +66,16 @@ class BatchRetries(_Model):
     max_run_seconds: Annotated[int, Field(ge=60, le=7 * 86_400)] = 7200
     """A batch run still going after this long is failed by run monitoring (`dagster/max_runtime`) and
     runs again: the backstop for a worker that hangs, or that died where the sensor cannot see it."""
+    watch_seconds: Annotated[float, Field(ge=0, le=4.5)] = 4.0
+    """How long one sensor tick keeps watching, a few times a second, for the source to move or a
+    running batch to end, so that the next batch starts within a fraction of a second of either
+    instead of at the daemon's next tick (it starts one every 5 s at best). 0: one look per tick."""
 
 
 class CdcSettings(BatchRetries):
-    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
-    """Least seconds between two polls of the binlog head by the sensor."""
+    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1
+    """Least seconds between the starts of two sensor ticks (the daemon starts one every 5 s at best;
+    within a tick the sensor watches the binlog head for `watch_seconds`)."""
     max_batch_files: Annotated[int, Field(ge=1, le=1000)] = 1
     """Most binlog files one change batch spans; a longer backlog becomes several batches."""
     sensor_running: bool = True
@@ -183,8 +188,9 @@ class ScanSettings(_Model):
 
 
 class StreamSettings(BatchRetries):
-    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 5
-    """Least seconds between two polls of each table's stream by the sensor."""
+    min_interval_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1
+    """Least seconds between the starts of two sensor ticks (the daemon starts one every 5 s at best;
+    within a tick the sensor watches each table's stream for `watch_seconds`)."""
     max_records: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
     """Most stream records one change batch reads; a longer backlog becomes several batches."""
     page_limit: Annotated[int, Field(ge=1, le=1000)] = 1000

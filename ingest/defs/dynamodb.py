@@ -82,6 +82,12 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
                     "not complete (not in the table's batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
+        from ingest.defs.sensors import watch
+
+        return watch(lambda: evaluate(context), source.cdc.watch_seconds)
+
+    def evaluate(context: SensorEvaluationContext):
+        from ingest.defs.sensors import Idle
         from ingest.lake.batchlog import logged_batches
         from ingest.lake.tables import BATCH_LOG, table_location
         from ingest.sources.dynamodb.client import client_settings
@@ -89,6 +95,7 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
 
         api = client_settings(source).streams()
         requests, adds, waiting, events = [], [], [], []
+        idle = True  # every table waits on a running batch or an empty stream: worth looking again soon
         for table in source.tables:
             tags = {SOURCE_TAG: name, TABLE_TAG: table}
             for message in fail_dead_runs(context.instance, tags):
@@ -114,11 +121,13 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
                 if decision.action == Action.GIVE_UP:
                     events += give_up_events(context.instance, decision, tags, batch, batch_log_key(name, table))
                 waiting.append(f"{table}: {decision.message}")
+                idle = False
                 continue
             if logged is None:
                 snapshot = latest_metadata(context.instance, AssetKey([name, table, "snapshot"]))
                 if "stream_positions" not in snapshot:
                     waiting.append(f"{table}: waiting for its snapshot (materialize {name}/{table}/snapshot)")
+                    idle = False
                     continue
                 start = StreamCheckpoint.from_metadata(snapshot["stream_positions"].value)
             else:
@@ -129,6 +138,9 @@ def stream_sensor(name: str, source: DynamoDBSource, partitions: dict[str, Dynam
             key = batch_key(done + 1)
             adds.append(partitions[table].build_add_request([key]))
             requests.append(_batch_request(context.instance, name, source, table, key))
+        if not requests and idle and not events:
+            # a new look is a full one (a GetRecords per shard): the watch spaces them by their cost
+            return Idle("; ".join(waiting) or "no tables", lambda: True)
         if not requests:
             return SensorResult(skip_reason=SkipReason("; ".join(waiting) or "no tables"), asset_events=events)
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds, asset_events=events)

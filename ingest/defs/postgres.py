@@ -117,13 +117,18 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                     "that is not complete (not in the batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
-        from ingest.defs.sensors import batch_running, logged, run_incomplete, snapshot_log_start
+        from ingest.defs.sensors import watch
+
+        return watch(lambda: evaluate(context), source.cdc.watch_seconds)
+
+    def evaluate(context: SensorEvaluationContext):
+        from ingest.defs.sensors import Idle, batch_running, logged, run_incomplete, snapshot_log_start
         from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
         from ingest.sources.postgres.positions import Lsn, LsnRange
         from ingest.sources.postgres.slot import has_changes
 
-        if (skip := batch_running(context, name, tags)) is not None:
-            return skip
+        if (idle := batch_running(context, name, tags)) is not None:
+            return idle
         last_end, complete, _ = logged(log_path, Lsn.from_metadata)
         starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"), Lsn.from_metadata)
                   for t in tables}
@@ -145,12 +150,13 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                 confirm(conn, name, slot, last_end)  # the lake logged everything before it
             state = slot_state(conn, name, slot)
             batch = plan_next_batch(last_end, None if last_end else start, state.head)
+            moved = lambda: wal_head(source) != state.head  # noqa: E731
             if batch is None:
-                return SkipReason(f"WAL head at {state.head}: nothing new since {start}")
+                return Idle(f"WAL head at {state.head}: nothing new since {start}", moved)
             if not has_changes(conn, slot, source.publication, batch.end) and \
                     state.head.value - start.value < EMPTY_BATCH_BYTES:
-                return SkipReason(f"no transaction changed a table of source {name} before the WAL head "
-                                  f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)")
+                return Idle(f"no transaction changed a table of source {name} before the WAL head "
+                            f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)", moved)
         context.update_cursor(f"{batch.key}@{time.time():.0f}")
         return SensorResult(
             run_requests=[batch_request(context.instance, batch.key, "", tags, batch_assets,
@@ -159,6 +165,15 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
             dynamic_partitions_requests=[partitions.build_add_request([batch.key])])
 
     return _sensor
+
+
+def wal_head(source: PostgresSource):
+    """The server's WAL head alone: what a watching sensor asks a few times a second."""
+    from ingest.sources.postgres.positions import Lsn
+
+    with pg_params(source).connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        return Lsn.parse(cur.fetchone()[0])
 
 
 def headroom_check(name: str, source: PostgresSource, log_key: AssetKey):

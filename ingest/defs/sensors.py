@@ -4,7 +4,9 @@
 
 import time
 import warnings
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Union
 
 from dagster import (
     AssetKey, AssetSelection, DagsterRunStatus, DefaultSensorStatus, DynamicPartitionsDefinition,
@@ -102,14 +104,54 @@ def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dic
     return running, failures
 
 
-def batch_running(context: SensorEvaluationContext, name: str, tags: dict[str, str]) -> SkipReason | None:
-    """A skip while a batch run of the source is going (after failing the runs whose worker is gone)."""
+@dataclass(frozen=True)
+class Idle:
+    """A sensor's skip that is worth waiting out within its tick: a batch run still going, or nothing
+    new at the source. `changed()` answers cheaply whether a new look could find work."""
+
+    reason: str
+    changed: Callable[[], bool]
+
+
+def watch(evaluate: Callable[[], Union[Idle, SkipReason, SensorResult]], seconds: float, *,
+          least_poll: float = 0.25, clock: Callable[[], float] = time.monotonic,
+          sleep: Callable[[float], None] = time.sleep) -> Union[SkipReason, SensorResult]:
+    """`evaluate()`, and while it is idle, look again whenever `changed()` says so (asked every
+    `least_poll` seconds, or twice as long as an evaluation took) until `seconds` have passed.
+
+    The daemon starts a sensor's tick every 5 s at best (hard-coded), so without this a batch
+    starts on average 2.5 s after the previous one ended or after a commit; watching within the
+    tick starts it within a fraction of a second. Keep `seconds` under those 5 s: a tick still going
+    at the daemon's next loop makes it skip the sensor once."""
+    deadline = clock() + seconds
+    while True:
+        began = clock()
+        result = evaluate()
+        if not isinstance(result, Idle):
+            return result
+        poll = max(least_poll, 2 * (clock() - began))
+        while True:
+            if clock() + poll > deadline:
+                return SkipReason(result.reason)
+            sleep(poll)
+            if result.changed():
+                break
+
+
+def active_batch_run(instance, tags: dict[str, str]):
+    """The record of a run of the batch `tags` name that is queued or going, or None."""
+    records = instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
+    return records[0] if records else None
+
+
+def batch_running(context: SensorEvaluationContext, name: str, tags: dict[str, str]) -> Idle | None:
+    """Idle while a batch run of the source is going (after failing the runs whose worker is gone)."""
     for message in fail_dead_runs(context.instance, tags):
         context.log.warning(message)
-    active = context.instance.get_run_records(RunsFilter(statuses=ACTIVE_STATUSES, tags=tags), limit=1)
+    active = active_batch_run(context.instance, tags)
     if active:
-        return SkipReason(f"batch run {active[0].dagster_run.run_id} of source {name} is still going; "
-                          "the next batch will cover everything since its end")
+        return Idle(f"batch run {active.dagster_run.run_id} of source {name} is still going; the next batch "
+                    "will cover everything since its end", lambda: active_batch_run(context.instance, tags) is None)
     return None
 
 
@@ -149,9 +191,13 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                     "(not in the batch log) runs again, with backoff, before any later one.",
     )
     def _sensor(context: SensorEvaluationContext):
-        if (skip := batch_running(context, name, tags)) is not None:
-            return skip
-        state = source_state(connection_params(source), name)
+        return watch(lambda: evaluate(context), source.cdc.watch_seconds)
+
+    def evaluate(context: SensorEvaluationContext):
+        if (idle := batch_running(context, name, tags)) is not None:
+            return idle
+        params = connection_params(source)
+        state = source_state(params, name)
         last_end, complete, skipped_until = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
         starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
@@ -195,7 +241,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                 asset_selection=[table_key(name, table, "snapshot")]))
         plan = plan_next_batch(last_end, first_start, state.head, state.logs, source.cdc.max_batch_files)
         if plan.batch is None and not requests:
-            return SkipReason(plan.reason)
+            return Idle(plan.reason, lambda: head_position(params) != state.head)
         adds = []
         if plan.batch is not None:
             key = plan.batch.key
@@ -208,3 +254,11 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 
     return _sensor
+
+
+def head_position(params) -> BinlogPosition:
+    """The binlog head alone: what a watching sensor asks a few times a second."""
+    from ingest.sources.mysql.binlog import master_position
+
+    with params.connect() as conn:
+        return master_position(conn)

@@ -17,15 +17,22 @@ from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
 
 
+HARNESS_CDC = {"watch_seconds": 0}
+"""A harness ticks the sensor itself, standing in for the daemon: one look per tick, no watching."""
+
+
 def write_sources(tmp_path: Path, port: int, database: str, tables: list[str], name: str = "src",
                   password_env: str = "INGEST_TEST_MYSQL_PASSWORD", columns: dict | None = None,
                   history: list[str] | None = None, **extra) -> Path:
+    """A MySQL source over `tables`; its sensor looks once per tick unless `cdc` sets `watch_seconds`
+    (a test that runs the daemon leaves the default)."""
     path = tmp_path / "sources.yaml"
     path.write_text(yaml.safe_dump({"sources": {name: {
         "host": "127.0.0.1", "port": port, "user": "ingest", "password_env": password_env,
         "database": database, "tables": {"include": tables, **({"columns": columns} if columns else {}),
                                          **({"history": history} if history else {})},
-        "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4}, **extra}}}))
+        "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4},
+        **extra, "cdc": {**HARNESS_CDC, **extra.get("cdc", {})}}}}))
     return path
 
 

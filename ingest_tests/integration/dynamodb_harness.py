@@ -13,6 +13,7 @@ import yaml
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
 from ingest.config import load_config
+from ingest_tests.integration.cdc_harness import HARNESS_CDC
 from ingest.defs.factory import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
@@ -41,7 +42,7 @@ def write_sources(tmp_path: Path, endpoint: str, tables: list[str], name: str = 
     path = tmp_path / "sources.yaml"
     source = {"kind": "dynamodb", "region": "us-east-1", "endpoint_url": endpoint, "tables": tables,
               "attributes": {t: DECLARED for t in tables}, "snapshot": {"segments": 4, "segments_per_commit": 2},
-              **extra}
+              **extra, "cdc": {**HARNESS_CDC, **extra.get("cdc", {})}}
     path.write_text(yaml.safe_dump({"sources": {name: source}}))
     return path
 

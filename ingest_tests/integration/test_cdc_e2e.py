@@ -41,7 +41,8 @@ def test_daemon_and_sensor_bring_a_committed_row_into_silver(spark, mariadb, dat
     with root.cursor() as cur:
         cur.execute("CREATE TABLE live (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute("INSERT INTO live SELECT seq, 'a' FROM seq_1_to_100")
-    sources = write_sources(tmp_path, mariadb.port, database, ["live"], cdc={"min_interval_seconds": 1})
+    # the daemon ticks the sensor, which watches the binlog head within each tick (the default)
+    sources = write_sources(tmp_path, mariadb.port, database, ["live"], cdc={"watch_seconds": 4.0})
     env = dagster_env(tmp_path, sources)
     snap = subprocess.run([DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", "--select",
                            "src/live/snapshot"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from dagster import DagsterInstance, SensorResult, SkipReason
 
-from ingest_tests.integration.cdc_harness import CdcHarness
+from ingest_tests.integration.cdc_harness import HARNESS_CDC, CdcHarness
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def harness(pg, spark, tmp_path, monkeypatch):
         "kind": "postgres", "host": pg.host, "port": pg.port, "user": pg.user, "password_env": "INGEST_TEST_PG_PASSWORD",
         "database": "postgres", "publication": "shop_pub", "slot": "pgshop_slot",
         "tables": {"include": ["orders", "customers"]},
-        "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 2}}}}))
+        "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 2}, "cdc": HARNESS_CDC}}}))
     instance = DagsterInstance.ephemeral()
     yield CdcHarness(spark, sources, tmp_path / "lake", instance, name="pgshop")
     instance.dispose()

@@ -152,3 +152,23 @@ def test_a_stream_without_new_images_is_refused():
     with pytest.raises(StreamSettingsError, match="KEYS_ONLY.*NEW_AND_OLD_IMAGES"):
         describe_stream(api, ARN, "orders", "src")
 
+
+
+def test_json_protocol_errors_keep_the_service_code_and_a_bad_checksum_is_caught():
+    import zlib
+
+    from ingest.sources.dynamodb.client import is_transient
+    from ingest.sources.dynamodb.wire import CRC_MISMATCH, crc32_matches, error_code_of
+
+    assert error_code_of(400, b'{"__type":"com.amazonaws.dynamodb.v20120810#TrimmedDataAccessException",'
+                              b'"message":"trimmed"}') == ("TrimmedDataAccessException", "trimmed")
+    assert error_code_of(400, b'{"__type":"com.amazon.coral.availability#ThrottlingException",'
+                              b'"Message":"slow down"}') == ("ThrottlingException", "slow down")
+    assert error_code_of(502, b"<html>Bad Gateway</html>") == ("502", "<html>Bad Gateway</html>")
+    body = b'{"Items": []}'
+    assert crc32_matches({"x-amz-crc32": str(zlib.crc32(body))}, body) and crc32_matches({}, body)
+    assert not crc32_matches({"x-amz-crc32": str(zlib.crc32(body) + 1)}, body)
+    # a throttled page, a proxy's 502 and a damaged answer are retried; a trimmed shard is not
+    for code, transient in (("ThrottlingException", True), ("502", True), (CRC_MISMATCH, True),
+                            ("TrimmedDataAccessException", False)):
+        assert is_transient(ClientError({"Error": {"Code": code}}, "GetRecords")) is transient

@@ -21,7 +21,7 @@ from ingest.sources.dynamodb.errors import SourceUnavailable
 TRANSIENT_CODES = frozenset({
     "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
     "LimitExceededException", "InternalServerError", "InternalFailure", "ServiceUnavailable",
-    "500", "502", "503", "504",
+    "500", "502", "503", "504", "CRC32CheckFailed",
 })
 
 
@@ -38,12 +38,15 @@ class ClientSettings:
         import boto3
         from botocore.config import Config
 
-        # botocore's standard retry mode (throttling and 5xx, with backoff), as dagster-aws's resources use
-        return boto3.session.Session().client(
-            service, region_name=self.region, endpoint_url=self.endpoint_url,
+        from ingest.sources.dynamodb.wire import JsonPages
+
+        session = boto3.session.Session(
             aws_access_key_id=self.access_key_id, aws_secret_access_key=self.secret_access_key,
-            aws_session_token=self.session_token,
-            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}))
+            aws_session_token=self.session_token, region_name=self.region)
+        # botocore's standard retry mode (throttling and 5xx, with backoff), as dagster-aws's resources use
+        client = session.client(service, endpoint_url=self.endpoint_url,
+                                config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}))
+        return JsonPages(client, session.get_credentials(), service)
 
     def resolved(self) -> ClientSettings:
         """With the driver's credentials filled in from boto3's default chain, so that executors
