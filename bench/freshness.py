@@ -84,6 +84,48 @@ def tail_binlog(params, start, stop: threading.Event, seen: dict[int, float]) ->
         stream.close()
 
 
+def run_phases(home: Path) -> dict[str, float]:
+    """Where the seconds of the sensor's batch runs went, from the Dagster event log: the gap since the
+    previous batch run ended, then launch (created to RUN_START: a new process, imports, definitions),
+    to STEP_START, the step, and to RUN_SUCCESS; medians over the runs after the first."""
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    phases: dict[str, list[float]] = {}
+    try:
+        with DagsterInstance.get() as instance:
+            records = sorted(instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS],
+                                                                 tags={"ingest/source": "bench"})),
+                             key=lambda r: r.create_timestamp)
+            ended = None
+            for record in records:
+                run_id = record.dagster_run.run_id
+                at = {t: min((e.timestamp for e in instance.get_records_for_run(run_id, of_type=t).records),
+                             default=None)
+                      for t in (DagsterEventType.RUN_START, DagsterEventType.STEP_START,
+                                DagsterEventType.STEP_SUCCESS, DagsterEventType.RUN_SUCCESS)}
+                if None in at.values():
+                    continue
+                created = record.create_timestamp.timestamp()
+                if ended is not None:
+                    for name, value in (("since_previous_run", created - ended),
+                                        ("launch", at[DagsterEventType.RUN_START] - created),
+                                        ("to_step_start", at[DagsterEventType.STEP_START] - at[DagsterEventType.RUN_START]),
+                                        ("step", at[DagsterEventType.STEP_SUCCESS] - at[DagsterEventType.STEP_START]),
+                                        ("to_run_success", at[DagsterEventType.RUN_SUCCESS] - at[DagsterEventType.STEP_SUCCESS])):
+                        phases.setdefault(name, []).append(value)
+                ended = at[DagsterEventType.RUN_SUCCESS]
+            if os.environ.get("BENCH_TIMELINE") and len(records) > 3:  # one run's events, for a closer look
+                run_id = records[len(records) // 2].dagster_run.run_id
+                events = instance.all_logs(run_id)
+                for e in events:
+                    what = e.dagster_event.event_type_value if e.dagster_event else e.user_message[:90]
+                    print(f"  {e.timestamp - events[0].timestamp:7.3f} {what}", file=sys.stderr)
+    finally:
+        os.environ.pop("DAGSTER_HOME", None)
+    return {name: round(statistics.median(values), 2) for name, values in phases.items()}
+
+
 def freshness_bench(server, params, work: Path, seconds: float, log, every: float = 1.0,
                     poll_seconds: int = 1) -> list[Result]:
     import yaml
@@ -177,9 +219,11 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
     def pct(values: list[float], q: float) -> float:
         return statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
 
+    phases = run_phases(home)
+    log("batch runs, median seconds per phase: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
     details = {"samples": len(ours), "write_every_seconds": every, "sensor_min_interval_seconds": poll_seconds,
                "ours_seconds": [round(v, 2) for v in ours], "batches": len(commits),
-               "raw_tail_samples": len(raw)}
+               "raw_tail_samples": len(raw), "run_phases_median_seconds": phases}
     return [
         Result("freshness_p50", statistics.median(ours), "raw_binlog_tail_p50", statistics.median(raw), "s",
                higher_is_better=False, details=details),

@@ -133,6 +133,8 @@ class PgSnapshotWrite:
     """An asset's output: snapshot `table` (schema.table) of a PostgreSQL source into the table the IO
     manager names."""
 
+    REPORTS_TABLE_SIZE = True
+
     source: str
     params: PgParams
     slot: str

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from ingest.changes import UNCHANGED, ChangeRecord, SourceBatch
+from ingest.changes import UNCHANGED, ChangeOp, ChangeRecord, SourceBatch
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import BronzeCommit
 from ingest.lake.tables import spark_ident
@@ -189,6 +189,33 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
             **write.positions}
 
 
+@dataclass(frozen=True)
+class BatchSummary:
+    """What silver's merge of one batch asks of its changes: how many rows are not TRUNCATEs, the
+    TRUNCATEs' positions, and when the newest change committed in the source (epoch seconds)."""
+
+    changes: int
+    truncates: tuple[int, ...]
+    newest_epoch: int | None
+
+    def to_metadata(self) -> dict[str, Any]:
+        return {"changes": self.changes, "truncates": [str(p) for p in self.truncates],
+                "newest_epoch": self.newest_epoch}
+
+    @classmethod
+    def from_metadata(cls, data: Mapping[str, Any]) -> BatchSummary:
+        return cls(int(data["changes"]), tuple(int(p) for p in data["truncates"]), data.get("newest_epoch"))
+
+
+def summarize(records: Sequence[ChangeRecord]) -> BatchSummary:
+    """A batch's summary from its records in hand (pure)."""
+    times = [t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)  # a naive commit time is UTC, as in `_ts`
+             for t in (r.committed_at for r in records) if t is not None]
+    return BatchSummary(sum(r.op != ChangeOp.TRUNCATE for r in records),
+                        tuple(int(r.pos) for r in records if r.op == ChangeOp.TRUNCATE),
+                        int(max(times).timestamp()) if times else None)
+
+
 def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],
                    columns: Sequence[tuple[str, str]], positions: dict[str, Any],
                    log: Callable[[str], None]) -> dict[str, Any]:
@@ -196,7 +223,7 @@ def append_changes(spark, path: str, source: str, table: str, batch_key: str, re
     or for a batch older than the txn retention, the `_pos` bronze already holds)."""
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
     df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
-    record = BronzeCommit(source, table, batch_key, positions)
+    record = BronzeCommit(source, table, batch_key, positions, summarize(records).to_metadata())
     outcome = append(df, path, record.metadata(), record.txn, merge_schema=True)
     counts: dict[str, int] = {}
     for r in records:

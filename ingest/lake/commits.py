@@ -44,13 +44,17 @@ class BronzeCommit:
     batch: str
     positions: dict[str, Any]
     """The batch's start and end (and the like) in the source's terms: the next batch starts at `end`."""
+    summary: dict[str, Any] | None = None
+    """What silver's merge asks of the batch's rows, when they were counted here (see BatchSummary): the
+    merge then reads it from this commit instead of running a Spark job over bronze."""
 
     @property
     def txn(self) -> Txn:
         return Txn(f"bronze:{self.source}:{self.batch}", 0)
 
     def metadata(self) -> dict[str, Any]:
-        return {"kind": "bronze", "source": self.source, "table": self.table, "batch": self.batch, **self.positions}
+        return {"kind": "bronze", "source": self.source, "table": self.table, "batch": self.batch, **self.positions,
+                **({"summary": self.summary} if self.summary is not None else {})}
 
 
 @dataclass(frozen=True)

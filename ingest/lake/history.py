@@ -230,11 +230,13 @@ class HistoryFromBatch:
         log(f"history {self.source}/{self.table}: added batch {batch}"
             + ("" if has_snapshot else f" and snapshot {snapshot_id}")
             + ("" if committed else " (already in: nothing to do)"))
-        counts = spark.read.format("delta").load(path).agg(
-            F.count(F.when(~F.col(DELETED), 1)).alias("versions"),
-            F.count(F.when(F.col(CURRENT), 1)).alias("current")).first()
-        return {"batch": batch, "committed": committed, "snapshot_id": snapshot_id,
-                "versions": counts["versions"], "current_rows": counts["current"]}
+        out = {"batch": batch, "committed": committed, "snapshot_id": snapshot_id}
+        if not has_snapshot:  # counted when a snapshot comes in only: a count every batch scans the table
+            counts = spark.read.format("delta").load(path).agg(
+                F.count(F.when(~F.col(DELETED), 1)).alias("versions"),
+                F.count(F.when(F.col(CURRENT), 1)).alias("current")).first()
+            out.update(versions=counts["versions"], current_rows=counts["current"])
+        return out
 
 
 def _deleted_before(spark, path: str, snapshot, keys: Sequence[str], log_start):

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ingest.lake.bronze import BatchSummary
 from ingest.lake.commits import SilverCommit, Txn, table_version
 from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
 from ingest.lake.tables import LakeTable
@@ -146,13 +147,15 @@ class BronzeMerge(NamedTuple):
     """When the newest of them was committed in the source (epoch seconds), for the lag."""
 
 
-def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str) -> BronzeMerge:
+def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str,
+                 summary: BatchSummary | None = None) -> BronzeMerge:
     """Merge bronze change rows into silver, TRUNCATEs included, safe in any order.
 
     A TRUNCATE in `changes`, or one silver applied before, turns every older
     change into a tombstone, and every older row silver holds too; the newest
     one is remembered in the commit metadata (`truncated_before`) so that older
-    changes arriving later stay dead.
+    changes arriving later stay dead. `summary`: what bronze's commit recorded of
+    these changes, else one Spark job over them finds it.
     """
     from pyspark.sql import functions as F
 
@@ -161,18 +164,19 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     from ingest.lake.merge import delta_path
 
     keys = [lake_name(k) for k in keys]  # the snapshot records the source's names
-    # One pass over the batch's changes for both questions: any rows to merge, any TRUNCATE.
-    seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
-                       F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates"),
-                       (F.max(F.unix_timestamp("_ts")) if "_ts" in changes.columns else F.lit(None)).alias("newest")
-                       ).first()
-    truncates = [int(p) for p in seen["truncates"]]
+    if summary is None:  # one pass over the changes for both questions: any rows to merge, any TRUNCATE
+        seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
+                           F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates"),
+                           (F.max(F.unix_timestamp("_ts")) if "_ts" in changes.columns else F.lit(None)
+                            ).alias("newest")).first()
+        summary = BatchSummary(seen["rows"], tuple(int(p) for p in seen["truncates"]), seen["newest"])
+    truncates = list(summary.truncates)
     cutoff = max([truncated_before(spark, path), *truncates])
     meta = {**meta, "truncated_before": cutoff or None}
     rows = _bronze_to_silver_rows(changes, cutoff)
     if UNCHANGED_COLUMN in rows.columns:
         rows = keep_unchanged(spark, path, rows, keys)
-    if set(keys) <= set(rows.columns) and seen["rows"]:
+    if set(keys) <= set(rows.columns) and summary.changes:
         outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
     else:  # no change to this table here (bronze may not even have its columns yet)
         outcome = WriteOutcome(table_version(path), False)
@@ -180,7 +184,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
         with session_txn(spark, meta, Txn(f"{app_id}:truncate", 0)):
             spark.sql(f"UPDATE {delta_path(path)} SET {DELETED} = true, {POS} = CAST({cutoff} AS DECIMAL(38,0)) "
                       f"WHERE {POS} < {cutoff} AND NOT {DELETED}").collect()
-    return BronzeMerge(outcome, seen["rows"], seen["newest"])
+    return BronzeMerge(outcome, summary.changes, summary.newest_epoch)
 
 
 @dataclass(frozen=True)
@@ -214,13 +218,19 @@ class SilverFromBatch:
             return {"waiting_for_snapshot": True, "batch": batch}
         keys = list(snap.metadata["key_columns"])
         snapshot_id = snap.metadata["snapshot_id"]
-        if not snapshot_in_silver(path, snapshot_id):
+        # The table's live rows and tombstones are counted when a snapshot comes in; a batch reports what
+        # it merged (and Delta's rows inserted and updated): counting every batch scans the whole table.
+        merged_snapshot = not snapshot_in_silver(path, snapshot_id)
+        if merged_snapshot:
             SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
+
+        def counts() -> dict[str, int]:
+            return row_counts(spark.read.format("delta").load(path)) if merged_snapshot else {}
+
         bronze_batch = last_commit(self.bronze.path, kind="bronze", batch=batch)
         if bronze_batch is None and not self.batch_required:
-            return {**row_counts(spark.read.format("delta").load(path)), "batch": batch, "rows": 0,
-                    "snapshot_id": snapshot_id}
+            return {**counts(), "batch": batch, "rows": 0, "snapshot_id": snapshot_id}
         if bronze_batch is None:
             raise RuntimeError(
                 f"{self.source}/{self.table}: bronze has no batch {batch}. Fix: materialize "
@@ -228,12 +238,13 @@ class SilverFromBatch:
             )
         # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
         record = SilverCommit(self.source, self.table, snapshot_id, batch=batch, end=bronze_batch.metadata.get("end"))
+        summary = bronze_batch.metadata.get("summary")
         outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                record.metadata(), record.txn.app_id)
+                                                record.metadata(), record.txn.app_id,
+                                                BatchSummary.from_metadata(summary) if summary else None)
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
-        return {**row_counts(spark.read.format("delta").load(path)),
-                "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
+        return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
                 "end": bronze_batch.metadata.get("end"), "rows": changes,
                 # from the newest change's commit in the source to now: how far behind silver is
                 **({"lag_seconds": round(time.time() - newest, 1)} if newest is not None else {})}

@@ -101,7 +101,8 @@ class LakeTable:
 class LakeWrite(Protocol):
     """What an asset returns: a write the IO manager applies to the asset's table.
 
-    `apply` must be safe to repeat and returns the metadata of what it did.
+    `apply` must be safe to repeat and returns the metadata of what it did. A write whose class sets
+    `REPORTS_TABLE_SIZE` (snapshots) also gets the table's bytes and files in its metadata.
     """
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]: ...

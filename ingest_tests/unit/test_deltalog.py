@@ -65,3 +65,27 @@ def test_commit_records_keep_the_metadata_and_txn_ids_earlier_commits_have():
                                "wave": 2, "complete": False, "fingerprint": "fp", "key_columns": ["id"],
                                "log_start": "f.000001:4", "log_start_pos": 40, "key_hi": [9], "chunks_done": 3}
     assert wave.txn == Txn("snapshot:shop.orders:s1", 2)
+
+
+def test_a_bronze_commit_carries_the_summary_silver_merges_by():
+    """Silver's merge of a batch reads its row count, TRUNCATE positions and newest commit time from the
+    bronze commit instead of a Spark job: the summary must say what the records say and survive JSON."""
+    import datetime as dt
+    import json
+
+    from ingest.changes import ChangeOp, ChangeRecord
+    from ingest.lake.bronze import BatchSummary, summarize
+    from ingest.lake.commits import BronzeCommit
+
+    at = dt.datetime(2026, 11, 25, 9, 0, 0, 900_000)
+    records = [ChangeRecord("orders", ChangeOp.INSERT, 2**64 + 5, {"id": 1}, committed_at=at),
+               ChangeRecord("orders", ChangeOp.TRUNCATE, 2**64 + 9, {}, committed_at=at.replace(second=3)),
+               ChangeRecord("orders", ChangeOp.DELETE, 2**64 + 12, {"id": 1},
+                            committed_at=at.replace(second=2, tzinfo=dt.timezone.utc)),
+               ChangeRecord("orders", ChangeOp.UPDATE, 2**64 + 14, {"id": 2})]
+    summary = summarize(records)
+    # a naive commit time is UTC, as bronze's _ts; seconds floored, as Spark's unix_timestamp
+    assert summary == BatchSummary(3, (2**64 + 9,), int(at.replace(second=3, tzinfo=dt.timezone.utc).timestamp()))
+    meta = BronzeCommit("shop", "orders", "k1", {"end": "b"}, summary.to_metadata()).metadata()
+    assert BatchSummary.from_metadata(json.loads(json.dumps(meta))["summary"]) == summary
+    assert summarize([]) == BatchSummary(0, (), None)
