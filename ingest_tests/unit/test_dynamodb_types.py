@@ -98,3 +98,14 @@ def test_unknown_wire_types_and_bad_numbers_raise():
 def test_item_json_keeps_every_digit(value):
     text = item_json({"v": value})
     assert json.loads(text, parse_float=Decimal, parse_int=Decimal)["v"] == value
+
+
+_plain = st.recursive(st.none() | st.booleans() | st.text(),
+                      lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                      max_leaves=20)
+
+
+@given(_plain)
+def test_item_json_is_canonical_json_with_sorted_keys_and_text_kept(value):
+    """The fast path (the C string quoting, dispatch on the exact type) writes what json.dumps would."""
+    assert item_json(value) == json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

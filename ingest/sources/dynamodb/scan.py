@@ -29,7 +29,10 @@ from ingest.sources.dynamodb.types import TableTypes
 
 def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segment: int, total: int,
                  consistent: bool, page_size: int | None, pos: int, arrow_schema) -> Iterator[Any]:
-    """Arrow record batches of one Scan segment, a page at a time, each row tagged with `pos`."""
+    """Arrow record batches of one Scan segment, a page at a time, each row tagged with `pos`. The next
+    page is asked for before this one is converted, so the service's time overlaps the conversion."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import pyarrow as pa
 
     client = settings.dynamodb()
@@ -39,16 +42,20 @@ def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segmen
     if page_size:
         kwargs["Limit"] = page_size
     pos_value = Decimal(pos)
-    while True:
-        page = call(client.scan, f"Scan of {table} segment {segment}/{total}", **kwargs)
-        rows = [types.row(from_item(item)) for item in page.get("Items", [])]
-        if rows:
-            arrays = [pa.array([r[n] for r in rows], type=arrow_schema.field(i).type) for i, n in enumerate(names)]
-            arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(names)).type))
-            yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
-        if "LastEvaluatedKey" not in page:
-            return
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    where = f"Scan of {table} segment {segment}/{total}"
+    with ThreadPoolExecutor(1, thread_name_prefix="scan") as pool:
+        ahead = pool.submit(call, client.scan, where, **kwargs)
+        while ahead is not None:
+            page = ahead.result()
+            ahead = None
+            if "LastEvaluatedKey" in page:
+                ahead = pool.submit(call, client.scan, where, **{**kwargs, "ExclusiveStartKey": page["LastEvaluatedKey"]})
+            rows = [types.row(from_item(item)) for item in page.get("Items", [])]
+            if rows:
+                arrays = [pa.array([r[n] for r in rows], type=arrow_schema.field(i).type)
+                          for i, n in enumerate(names)]
+                arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(names)).type))
+                yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def read_segment(spec: dict[str, Any], options: dict[str, str], segment: int, arrow_schema) -> Iterator[Any]:
