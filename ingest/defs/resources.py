@@ -45,11 +45,13 @@ class SparkResource(PySparkResource):
     def join_url(self) -> str:
         """A Connect URL by which another process (dbt's) joins this run's session: the same server,
         and the settings made on the session (S3A's), without writing a secret anywhere."""
-        from ingest.lake.connect import read_state, remote_url
+        from ingest.lake.connect import discard_session, read_state, remote_url
+        from ingest.lake.sessions import url_with_session
 
         session = self.spark_session  # connects first: starts the local server if needed
         url = self.spark_config.get("spark.remote") or remote_url() or read_state().url
-        return f"{url}{';' if ';' in url else '/;'}session_id={session.session_id}"
+        discard_session(session)  # dbt may leave its own database, confs and views in it
+        return url_with_session(url, session.session_id)
 
 
 class DynamoDBResource(ResourceWithBoto3Configuration):

@@ -206,15 +206,25 @@ def remote_url(configured: str | None = None) -> str | None:
     return os.environ.get("INGEST_SPARK_REMOTE") or configured or None
 
 
+_LEASED: dict[str, tuple[object, object]] = {}
+"""Per server URL, this process's leased session and its lease (see lake/sessions.py)."""
+
+
 def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
     """A Spark Connect session: to `url` (or the configured remote), else to the embedded local server,
-    started if needed. Checks that the server's Spark is the client's."""
-    from pyspark.sql import SparkSession
+    started if needed. Checks that the server's Spark is the client's.
+
+    The session is a leased one (lake/sessions.py): one an earlier process left clean, whose tables
+    the server has warm, when there is one; the same for every call in this process."""
+    from ingest.lake import sessions
 
     url = url or remote_url()
     embedded = start_local(extra_conf=extra_conf) if url is None else None
     if embedded:
         url = embedded.url
+    held = _LEASED.get(url)
+    if held is not None and not held[1].is_stopped:
+        return held[1]
     host, port = _host_port(url)
     try:  # the Connect client retries a refused connection for minutes; say it now
         socket.create_connection((host, port), timeout=10).close()
@@ -222,20 +232,55 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
         raise SparkUnavailable(
             f"no Spark Connect server answers at {url} ({exc}). Fix: start it (`ingest spark start` for the local "
             "one), or point INGEST_SPARK_REMOTE / spark.remote in the sources file at a running server") from None
+    lease = None
+    if not sessions.disabled() and "session_id=" not in url:
+        lease = sessions.acquire(sessions.slots_folder(state_dir(), url, embedded.pid if embedded else None))
     try:
-        session = SparkSession.builder.remote(url).getOrCreate()
-        server_version = session.version
-    except Exception as exc:  # grpc's errors carry the cause; the fix is ours to say
-        raise SparkUnavailable(
-            f"no Spark Connect server answers at {url} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). "
-            "Fix: start it (`ingest spark start` for the local one), or point INGEST_SPARK_REMOTE / spark.remote "
-            "in the sources file at a running server") from None
+        session, server_version = _open(url if lease is None else sessions.url_with_session(url, lease.session_id))
+    except Exception as exc:
+        if lease is None or not lease.reused:
+            raise _unavailable(url, exc) from None
+        # the server no longer has that session (it timed out, or the server restarted): a new one
+        lease.renew()
+        try:
+            session, server_version = _open(sessions.url_with_session(url, lease.session_id))
+        except Exception as again:
+            raise _unavailable(url, again) from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
     # the server's default is the embedded one's; a cluster's may be another, and the type contract is in UTC
     session.conf.set("spark.sql.session.timeZone", "UTC")
     if embedded:
         session.client.set_retry_policies([_while_alive(embedded.pid)])
+    if lease is not None:
+        import atexit
+
+        session.release_session_on_close = False  # stop() must not end a session the next process takes
+        atexit.register(sessions.release, lease, session)
+        _LEASED[url] = (lease, session)
     return session
+
+
+def _open(url: str):
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(url).getOrCreate()
+    return session, session.version
+
+
+def _unavailable(url: str, exc: BaseException) -> SparkUnavailable:
+    """grpc's errors carry the cause; the fix is ours to say."""
+    return SparkUnavailable(
+        f"no Spark Connect server answers at {url} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]}). "
+        "Fix: start it (`ingest spark start` for the local one), or point INGEST_SPARK_REMOTE / spark.remote "
+        "in the sources file at a running server")
+
+
+def discard_session(session) -> None:
+    """Never hand `session` to another process: a tool other than ours used it (dbt may change its current
+    database, confs and views)."""
+    for lease, held in _LEASED.values():
+        if held is session:
+            lease.discard()
 
 
 def _while_alive(pid: int):
