@@ -54,6 +54,13 @@ def test_before_images_keep_struct_and_binary_values_as_json():
 
     image = json.loads(image_json({"g": {"wkb": b"\x01\x02", "srid": 4326}, "s": ["a", "b"], "b": b"\xff"}))
     assert image == {"g": {"wkb": {"base64": "AQI="}, "srid": 4326}, "s": ["a", "b"], "b": {"base64": "/w=="}}
+    import datetime as dt
+    from decimal import Decimal
+
+    # DECIMAL and temporal values as their text, keys sorted, exact digits kept
+    assert image_json({"z": None, "d": Decimal("-1.50"), "t": dt.datetime(2026, 1, 2, 3, 4, 5, 6),
+                       "day": dt.date(1, 1, 1), "n": 3, "e": ""}) == (
+        '{"d": "-1.50", "day": "0001-01-01", "e": "", "n": 3, "t": "2026-01-02 03:04:05.000006", "z": null}')
 
 
 def test_excluded_columns_are_dropped_and_declared_types_used_on_decode():

@@ -100,17 +100,23 @@ class TableDecoder:
 
     def row(self, values: dict[str, Any], none_sources: dict[str, str] | None = None) -> dict[str, Any]:
         out = {}
-        for col, ctype in zip(self.columns, self.types):
-            value = values.get(col.name)
+        for name, convert, is_set in self._plan:
+            value = values.get(name)
             if value is None:
                 # python-mysql-replication gives an empty SET as None, and says so in none_sources
-                if col.data_type == "set" and (none_sources or {}).get(col.name) == "empty set":
-                    out[col.name] = []
-                else:
-                    out[col.name] = None
+                out[name] = [] if is_set and (none_sources or {}).get(name) == "empty set" else None
             else:
-                out[col.name] = value if ctype.convert is None else ctype.convert(value)
+                out[name] = value if convert is None else convert(value)
         return out
+
+    @property
+    def _plan(self) -> tuple[tuple[str, Any, bool], ...]:
+        """Per column what `row` asks: name, conversion, whether a SET (computed once per decoder)."""
+        plan = self.__dict__.get("_row_plan")
+        if plan is None:
+            plan = tuple((c.name, t.convert, c.data_type == "set") for c, t in zip(self.columns, self.types))
+            object.__setattr__(self, "_row_plan", plan)
+        return plan
 
 
 def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: TableDecoder,
@@ -123,6 +129,7 @@ def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: 
     """
     out: list[ChangeRecord] = []
     index = 1
+    real, event_end = event_end, _RowPos(event_end.row_pos(1) - 1)  # the event's part of `_pos`, once
     for raw in rows:
         if kind == "insert":
             out.append(ChangeRecord(table, ChangeOp.INSERT, event_end.row_pos(index),
@@ -143,7 +150,21 @@ def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: 
                 out.append(ChangeRecord(table, ChangeOp.UPDATE, event_end.row_pos(index), after, before,
                                         committed_at, txid))
         index += 1
+    if out:
+        real.row_pos(index - 1)  # the last row index is in range (raises as for every row before)
     return out
+
+
+class _RowPos:
+    """`row_pos(i)` of one event, by addition (pure): BinlogPosition.row_pos parses the file name each time."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+
+    def row_pos(self, row: int) -> int:
+        return self.base + row
 
 
 _IDENT = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"

@@ -53,6 +53,10 @@ def _int24(unsigned: bool) -> Reader:
 
 
 def _uint_le(size: int) -> Callable[[bytes, int], int]:
+    if size == 1:  # a VARCHAR's or TINYBLOB's length, an ENUM's index: no slice
+        return lambda buf, off: buf[off]
+    if size == 2:
+        return lambda buf, off: buf[off] | buf[off + 1] << 8
     return lambda buf, off: int.from_bytes(buf[off:off + size], "little")
 
 
@@ -148,32 +152,36 @@ def _date(buf: bytes, off: int) -> tuple[Any, int]:
 
 def _new_decimal(column) -> Reader:
     """DECIMAL's packed form: groups of 9 digits in 4 bytes, the rest in fewer, all big-endian, the
-    sign in the first byte's high bit and negatives stored complemented."""
+    sign in the first byte's high bit and negatives stored complemented. Read as one integer whose
+    groups are cut off by shifts (a walk over the bytes cost a third of an update's decoding)."""
     integral = column.precision - column.decimals
     whole_int, whole_frac = integral // 9, column.decimals // 9
     rest_int, rest_frac = integral - whole_int * 9, column.decimals - whole_frac * 9
     head, tail = _DECIMAL_BYTES[rest_int], _DECIMAL_BYTES[rest_frac]
     total = head + 4 * (whole_int + whole_frac) + tail
+    sign_bit, every_bit = 1 << (8 * total - 1), (1 << (8 * total)) - 1
+    frac_digits = column.decimals
 
     def read(buf: bytes, off: int) -> tuple[Any, int]:
-        data = bytearray(buf[off:off + total])
-        mask = 0 if data[0] & 0x80 else -1
-        data[0] ^= 0x80
-        parts = ["" if mask == 0 else "-"]
-        at = 0
-        if head:
-            parts.append(str(_int_be(data[:head]) ^ mask))
-            at = head
+        raw = int.from_bytes(buf[off:off + total], "big")
+        negative = not raw & sign_bit
+        raw ^= (every_bit ^ sign_bit) if negative else sign_bit  # sign bit off; a negative's complement undone
+        frac = raw & ((1 << (8 * tail)) - 1)
+        raw >>= 8 * tail
+        scale = 10 ** rest_frac
+        for i in range(whole_frac):  # from the last group of the fraction back
+            frac += (raw & 0xFFFFFFFF) * scale
+            raw >>= 32
+            scale *= 10 ** 9
+        whole, scale = 0, 1
         for _ in range(whole_int):
-            parts.append(f"{int.from_bytes(data[at:at + 4], 'big', signed=True) ^ mask:09d}")
-            at += 4
-        parts.append(".")
-        for _ in range(whole_frac):
-            parts.append(f"{int.from_bytes(data[at:at + 4], 'big', signed=True) ^ mask:09d}")
-            at += 4
-        if tail:
-            parts.append(f"{_int_be(data[at:at + tail]) ^ mask:0{rest_frac}d}")
-        return Decimal("".join(parts)), off + total
+            whole += (raw & 0xFFFFFFFF) * scale
+            raw >>= 32
+            scale *= 10 ** 9
+        whole += raw * scale  # the head bytes
+        text = f"{'-' if negative else ''}{whole}.{frac:0{frac_digits}d}" if frac_digits else \
+            f"{'-' if negative else ''}{whole}"
+        return Decimal(text), off + total
     return read
 
 
@@ -236,6 +244,9 @@ class RowsReader:
     def __init__(self, names: Sequence[str], readers: Sequence[Reader], sets: Sequence[bool]) -> None:
         self.names, self.readers, self.sets = tuple(names), tuple(readers), tuple(sets)
         self.null_bytes = (len(self.names) + 7) // 8
+        # per column, everything the row loop asks: its null bit (byte, mask), reader and whether a SET
+        self._plan = tuple((name, i >> 3, 1 << (i & 7), read, is_set)
+                           for i, (name, read, is_set) in enumerate(zip(self.names, self.readers, self.sets)))
 
     def image(self, buf: bytes, off: int) -> tuple[dict[str, Any], dict[str, str], int]:
         """One row image at `off`: values by column name, the none_sources of empty SETs, the next offset."""
@@ -243,12 +254,13 @@ class RowsReader:
         off += self.null_bytes
         values: dict[str, Any] = {}
         why: dict[str, str] = {}
-        for i, (name, read) in enumerate(zip(self.names, self.readers)):
-            if nulls[i >> 3] >> (i & 7) & 1:
+        for name, byte, mask, read, is_set in self._plan:
+            if nulls[byte] & mask:
                 values[name] = None
                 continue
-            values[name], off = read(buf, off)
-            if values[name] is None and self.sets[i]:
+            value, off = read(buf, off)
+            values[name] = value
+            if value is None and is_set:
                 why[name] = EMPTY_SET
         return values, why, off
 
