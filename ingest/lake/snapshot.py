@@ -92,3 +92,21 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
         work.committed.append(record.wave)
         log(f"snapshot {work.run.table}: {work.said(group, work.rows)}")
     return work
+
+
+def snapshot_rows(path: str, snapshot_id: str) -> int | None:
+    """The rows of the snapshot `snapshot_id` at `path`, summed from its waves' commits in the Delta log
+    back to its first (which replaced the table), without a Spark job; None when the log no longer
+    reaches back that far."""
+    from ingest.lake.deltalog import our_commits
+
+    rows = 0
+    for info in our_commits(path):
+        meta = info.metadata
+        if meta.get("kind") != "snapshot" or meta.get("snapshot_id") != snapshot_id:
+            continue
+        rows += int(info.metrics.get("numOutputRows", 0))
+        if meta.get("wave") == 0:
+            return rows
+    return None
+

@@ -10,6 +10,7 @@ while is survived, and anything else is raised at once.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class ClientSettings:
     max_attempts: int = 5
 
     def _client(self, service: str):
+        return _client(self, service)
+
+    def _new_client(self, service: str):
         import boto3
         from botocore.config import Config
 
@@ -70,6 +74,14 @@ class ClientSettings:
 
     def __repr__(self) -> str:  # never print the secret
         return f"ClientSettings(region={self.region!r}, endpoint_url={self.endpoint_url!r})"
+
+
+@functools.lru_cache(maxsize=32)
+def _client(settings: ClientSettings, service: str):
+    """One client per settings and service in a process: botocore loads the service's model for every new
+    client (a few tenths of a second), which a Scan segment or a sensor tick paid each time. Clients are
+    safe to share between threads."""
+    return settings._new_client(service)
 
 
 class StreamsApi(Protocol):
