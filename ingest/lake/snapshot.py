@@ -79,15 +79,18 @@ class Waves(Generic[U]):
 
 def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves[U]:
     """Commit every remaining wave of a snapshot into the Delta table at `path`, in order."""
-    from ingest.lake.write import append
+    from ingest.lake.merge import POS
+    from ingest.lake.write import append, stats_on
 
+    properties = stats_on([*work.run.key_columns, POS])
     for offset, group in enumerate(work.groups):
         record = replace(work.run, wave=work.run.wave + offset, complete=offset == len(work.groups) - 1,
                          progress=work.progress(group))
         df = work.read(group)
         first = record.wave == 0
         outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
-                                                         overwrite=first, overwrite_schema=first))
+                                                         overwrite=first, overwrite_schema=first,
+                                                         properties=properties))
         work.rows += outcome.rows
         work.committed.append(record.wave)
         log(f"snapshot {work.run.table}: {work.said(group, work.rows)}")

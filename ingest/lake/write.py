@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -119,17 +119,47 @@ def widen_for(spark, df, path: str) -> dict[str, str]:
     return plan
 
 
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+
+
+def stats_on(columns: Sequence[str]) -> dict[str, str]:
+    """The table property that keeps Delta's per-file statistics (min, max, nulls) to `columns`.
+
+    A landing table is read whole, or by its key and `_pos`: statistics of its other columns
+    cost a fifth of a snapshot's write (BigDecimal and string comparisons per row) and serve
+    no read of ours. Silver keeps them for every column, for the readers of the lake."""
+    from ingest.lake.tables import spark_ident
+
+    return {STATS_COLUMNS: ",".join(spark_ident(lake_name(c)) for c in columns)}
+
+
+def _drop_other_stats_columns(df, path: str, properties: dict[str, str]) -> None:
+    """Before an overwrite: Delta keeps an existing table's properties (a write's own apply when it
+    creates the table) and refuses a write whose schema lacks a column STATS_COLUMNS names (a new
+    primary key). A table whose columns differ from this write's goes back to statistics on every
+    column."""
+    spark = df.sparkSession
+    row = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").select("properties").first()
+    named = ((row["properties"] or {}) if row else {}).get(STATS_COLUMNS)
+    if named and named != properties.get(STATS_COLUMNS):
+        spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES IF EXISTS ('{STATS_COLUMNS}')")
+
+
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
-           overwrite_schema: bool = False, merge_schema: bool = False) -> WriteOutcome:
+           overwrite_schema: bool = False, merge_schema: bool = False,
+           properties: dict[str, str] | None = None) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
     Safe to repeat: a second call with the same txn adds nothing. With `merge_schema` the
     table gains `df`'s new columns, and its columns widen where `df`'s types are wider.
+    `properties`: table properties for a table this write creates (an existing table keeps its own).
     """
     df = lake_columns(df)
     if merge_schema and table_version(path) is not None:
         widen_for(df.sparkSession, df, path)
     before = table_version(path)
+    if overwrite_schema and properties and before is not None:
+        _drop_other_stats_columns(df, path, properties or {})
     writer = (
         df.write.format("delta")
         .mode("overwrite" if overwrite else "append")
@@ -141,5 +171,7 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
         writer = writer.option("overwriteSchema", "true")
     if merge_schema:
         writer = writer.option("mergeSchema", "true")
+    for key, value in (properties or {}).items():
+        writer = writer.option(key, value)
     writer.save(path)
     return WriteOutcome.after(path, before)
