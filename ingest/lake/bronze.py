@@ -24,7 +24,7 @@ from ingest.changes import UNCHANGED, ChangeOp, ChangeRecord, SourceBatch
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import BronzeCommit
 from ingest.lake.tables import spark_ident
-from ingest.lake.write import append
+from ingest.lake.write import append, stats_on
 
 META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
             "`_before` string, `_origin` string")
@@ -57,6 +57,17 @@ def bronze_schema(columns: Sequence[tuple[str, str]], with_unchanged: bool = Fal
     from pyspark.sql.types import StructType
 
     return StructType.fromDDL(bronze_ddl(columns, with_unchanged))
+
+
+STATS_META = ("_op", "_pos", "_ts", "_txid", "_batch", "_origin")
+"""Bronze's columns with Delta statistics: silver reads a batch by `_batch`, repairs and replays by
+`_pos`; the source's columns and the before images (long JSON text) cost most of a batch's
+statistics and serve no read of ours."""
+
+
+def bronze_properties() -> dict[str, str]:
+    """Table properties of a bronze table its first append creates."""
+    return stats_on(STATS_META)
 
 
 def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str,
@@ -175,7 +186,8 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
     log(f"bronze {write.source}/{write.table} batch {write.batch_key}: appending the changes read by executors")
     record = BronzeCommit(write.source, write.table, write.batch_key, write.positions)
     try:
-        outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True)
+        outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True,
+                         properties=bronze_properties())
     except Exception as exc:
         from ingest.lake.datasource import executor_error
 
@@ -221,7 +233,7 @@ def append_changes(spark, path: str, source: str, table: str, batch_key: str, re
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
     df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
     record = BronzeCommit(source, table, batch_key, positions, summarize(records).to_metadata())
-    outcome = append(df, path, record.metadata(), record.txn, merge_schema=True)
+    outcome = append(df, path, record.metadata(), record.txn, merge_schema=True, properties=bronze_properties())
     counts: dict[str, int] = {}
     for r in records:
         counts[r.op.value] = counts.get(r.op.value, 0) + 1
