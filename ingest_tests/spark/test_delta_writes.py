@@ -65,3 +65,18 @@ def test_snapshot_waves_keep_statistics_on_the_key_and_pos_only(spark, tmp_path)
     snapshot("id", "SELECT id, id * 2 AS v, CAST(id AS decimal(38,0)) AS _pos FROM range(3)", "b")
     assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2]
     assert set(_file_stats(path)[-1]["minValues"]) == {"id", "v", "_pos"}
+
+
+def test_bronze_keeps_statistics_on_its_meta_columns_only(spark, tmp_path):
+    import datetime as dt
+
+    from ingest.changes import ChangeOp, ChangeRecord
+    from ingest.lake.bronze import STATS_META, append_changes
+
+    path = str(tmp_path / "bronze")
+    now = dt.datetime.now(dt.timezone.utc)
+    records = [ChangeRecord("t", ChangeOp.INSERT, 10 + i, {"id": i, "v": f"v{i}"}, committed_at=now, txid="0-1-5")
+               for i in range(3)]
+    append_changes(spark, path, "src", "t", "b1", records, [("id", "bigint"), ("v", "string")], {}, lambda _m: None)
+    stats = _file_stats(path)
+    assert stats and all(set(s["minValues"]) <= set(STATS_META) and "_pos" in s["minValues"] for s in stats), stats
