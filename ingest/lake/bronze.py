@@ -65,9 +65,8 @@ STATS_META = ("_op", "_pos", "_ts", "_txid", "_batch", "_origin")
 statistics and serve no read of ours."""
 
 
-def bronze_properties() -> dict[str, str]:
-    """Table properties of a bronze table its first append creates."""
-    return stats_on(STATS_META)
+BRONZE_PROPERTIES = stats_on(STATS_META)
+"""Table properties of a bronze table its first append creates."""
 
 
 def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str,
@@ -187,7 +186,7 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
     record = BronzeCommit(write.source, write.table, write.batch_key, write.positions)
     try:
         outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True,
-                         properties=bronze_properties())
+                         properties=BRONZE_PROPERTIES)
     except Exception as exc:
         from ingest.lake.datasource import executor_error
 
@@ -233,7 +232,7 @@ def append_changes(spark, path: str, source: str, table: str, batch_key: str, re
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
     df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
     record = BronzeCommit(source, table, batch_key, positions, summarize(records).to_metadata())
-    outcome = append(df, path, record.metadata(), record.txn, merge_schema=True, properties=bronze_properties())
+    outcome = append(df, path, record.metadata(), record.txn, merge_schema=True, properties=BRONZE_PROPERTIES)
     counts: dict[str, int] = {}
     for r in records:
         counts[r.op.value] = counts.get(r.op.value, 0) + 1

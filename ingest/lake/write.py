@@ -125,9 +125,9 @@ STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 def stats_on(columns: Sequence[str]) -> dict[str, str]:
     """The table property that keeps Delta's per-file statistics (min, max, nulls) to `columns`.
 
-    A landing table is read whole, or by its key and `_pos`: statistics of its other columns
-    cost a fifth of a snapshot's write (BigDecimal and string comparisons per row) and serve
-    no read of ours. Silver keeps them for every column, for the readers of the lake."""
+    A landing table (snapshot, bronze) is read whole or by a few columns: statistics of the others
+    cost about a sixth of its writes (BigDecimal and string comparisons per row) and serve no read
+    of ours. Silver keeps them for every column, for the readers of the lake."""
     from ingest.lake.tables import spark_ident
 
     return {STATS_COLUMNS: ",".join(spark_ident(lake_name(c)) for c in columns)}
@@ -159,7 +159,7 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
         widen_for(df.sparkSession, df, path)
     before = table_version(path)
     if overwrite_schema and properties and before is not None:
-        _drop_other_stats_columns(df, path, properties or {})
+        _drop_other_stats_columns(df, path, properties)
     writer = (
         df.write.format("delta")
         .mode("overwrite" if overwrite else "append")

@@ -40,6 +40,7 @@ def test_commit_lookups_find_the_newest_and_reach_back_past_checkpoints(spark, t
     assert last_commit(path, batch=0).version == 0  # the JSON of a commit before the checkpoint is still read
     assert last_commit(path, batch=99) is None
 
+
 def _file_stats(path: str) -> list[dict]:
     import json
     from pathlib import Path
