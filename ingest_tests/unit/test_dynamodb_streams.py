@@ -172,3 +172,17 @@ def test_json_protocol_errors_keep_the_service_code_and_a_bad_checksum_is_caught
     for code, transient in (("ThrottlingException", True), ("502", True), (CRC_MISMATCH, True),
                             ("TrimmedDataAccessException", False)):
         assert is_transient(ClientError({"Error": {"Code": code}}, "GetRecords")) is transient
+
+
+def test_json_protocol_pages_travel_on_the_clients_own_connections_without_nagles_delay():
+    """Scan and GetRecords pages go over the boto3 client's HTTP session, whose sockets disable Nagle's
+    algorithm: on a session of its own, each request waited for the server's delayed ACK (40 ms a page)."""
+    import socket
+
+    from ingest.sources.dynamodb.client import ClientSettings
+
+    settings = ClientSettings("us-east-1", "http://127.0.0.1:9", "local", "local")  # no call is made
+    for pages in (settings.dynamodb(), settings.streams()):
+        session = pages._http
+        assert session is pages._client._endpoint.http_session
+        assert (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1) in session._socket_options
