@@ -63,6 +63,10 @@ class TableChanges:
     sliced: bool = False
     """The batch was too large to read here: `records` is empty and Spark's executors read this table's
     changes, one slice of the batch each (SourceBatch.slices)."""
+    truncates: tuple[int, ...] = ()
+    """Sliced only: the positions of the table's TRUNCATE records, as the planning pass saw them."""
+    newest: dt.datetime | None = None
+    """Sliced only: when the table's newest change in the batch committed, as the planning pass saw it."""
 
 
 @dataclass(frozen=True)

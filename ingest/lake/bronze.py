@@ -118,6 +118,9 @@ class BronzeWrite:
     frame: Callable[[Any], Any] | None = None
     """For a batch too large to hold here: the changes as a DataFrame that Spark's executors read from
     the source (given the session), in place of `records`."""
+    summary: BatchSummary | None = None
+    """With `frame`: what the source knows of those changes without reading them (its TRUNCATEs, its
+    newest commit), committed with them; the row count comes from the commit (see BatchSummary)."""
 
     @property
     def changed(self) -> bool:
@@ -153,8 +156,13 @@ def bronze_writes(source: str, batch: SourceBatch, frames: Mapping[str, Callable
     """A source's change batch as one bronze append per table it holds; `frames`: the tables whose
     changes Spark's executors read (see BronzeWrite.frame)."""
     frames = frames or {}
+
+    def planned(changes) -> BatchSummary:
+        return BatchSummary(None, changes.truncates, int(changes.newest.timestamp()) if changes.newest else None)
+
     return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
-                                           batch.positions, batch.extra, frames.get(table))
+                                           batch.positions, batch.extra, frames.get(table),
+                                           planned(changes) if table in frames and changes.sliced else None)
                         for table, changes in batch.tables.items()}, batch.skipped, batch.positions)
 
 
@@ -183,7 +191,8 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
     """Append a batch's changes that executors read (`write.frame`), with its positions in the same
     commit; a repeat adds nothing (its txn id). Counted from the commit: the rows never reach here."""
     log(f"bronze {write.source}/{write.table} batch {write.batch_key}: appending the changes read by executors")
-    record = BronzeCommit(write.source, write.table, write.batch_key, write.positions)
+    record = BronzeCommit(write.source, write.table, write.batch_key, write.positions,
+                          write.summary.to_metadata() if write.summary else None)
     try:
         outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True,
                          properties=BRONZE_PROPERTIES)
@@ -200,9 +209,11 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
 @dataclass(frozen=True)
 class BatchSummary:
     """What silver's merge of one batch asks of its changes: how many rows are not TRUNCATEs, the
-    TRUNCATEs' positions, and when the newest change committed in the source (epoch seconds)."""
+    TRUNCATEs' positions, and when the newest change committed in the source (epoch seconds).
+    `changes` None: not counted before the commit (changes executors read): the commit's rows less
+    the TRUNCATEs (`counted`)."""
 
-    changes: int
+    changes: int | None
     truncates: tuple[int, ...]
     newest_epoch: int | None
 
@@ -212,7 +223,18 @@ class BatchSummary:
 
     @classmethod
     def from_metadata(cls, data: Mapping[str, Any]) -> BatchSummary:
-        return cls(int(data["changes"]), tuple(int(p) for p in data["truncates"]), data.get("newest_epoch"))
+        changes = data["changes"]
+        return cls(None if changes is None else int(changes), tuple(int(p) for p in data["truncates"]),
+                   data.get("newest_epoch"))
+
+    def counted(self, metrics: Mapping[str, str]) -> BatchSummary | None:
+        """With the row count, if not known, from the operation metrics of the bronze commit that wrote
+        these changes; None when they do not say (Delta's metrics turned off): silver counts then."""
+        if self.changes is not None:
+            return self
+        if "numOutputRows" not in metrics:
+            return None
+        return BatchSummary(int(metrics["numOutputRows"]) - len(self.truncates), self.truncates, self.newest_epoch)
 
 
 def summarize(records: Sequence[ChangeRecord]) -> BatchSummary:

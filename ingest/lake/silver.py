@@ -239,9 +239,10 @@ class SilverFromBatch:
         # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
         record = SilverCommit(self.source, self.table, snapshot_id, batch=batch, end=bronze_batch.metadata.get("end"))
         summary = bronze_batch.metadata.get("summary")
+        if summary:
+            summary = BatchSummary.from_metadata(summary).counted(bronze_batch.metrics)
         outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                record.metadata(), record.txn.app_id,
-                                                BatchSummary.from_metadata(summary) if summary else None)
+                                                record.metadata(), record.txn.app_id, summary or None)
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,

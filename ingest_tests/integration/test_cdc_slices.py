@@ -1,12 +1,13 @@
 """Change batches decoded on Spark's executors, slice by slice, against a real MariaDB and real Delta."""
 
+from decimal import Decimal
 
 import pytest
 from dagster import instance_for_test
 
 from ingest.adapters.mysql import change_batch_writes
-from ingest.lake.bronze import bronze_writes
-from ingest.lake.commits import table_version
+from ingest.lake.bronze import BatchSummary, bronze_writes
+from ingest.lake.commits import last_commit, table_version
 from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.errors import BinlogGap
 from ingest.sources.mysql.events import CapturedTable
@@ -81,6 +82,14 @@ def test_a_batch_decoded_in_slices_lands_the_same_bronze_as_one_read_here(spark,
         expected = bronze_rows(spark, str(tmp_path / "here" / t))
         assert len(expected) == len(here.tables[t].records)
         assert bronze_rows(spark, str(tmp_path / "sliced" / t)) == expected, f"table {t}"
+        # what silver's merge reads instead of a pass over bronze: the planning pass's TRUNCATEs and newest
+        # commit, and the commit's row count, equal to what the records read here say
+        counted, planned = (last_commit(str(tmp_path / name / t), kind="bronze") for name in ("here", "sliced"))
+        summary = BatchSummary.from_metadata(planned.metadata["summary"])
+        assert summary.changes is None
+        assert summary.counted(planned.metrics) == BatchSummary.from_metadata(counted.metadata["summary"]), t
+    assert BatchSummary.from_metadata(last_commit(str(tmp_path / "sliced" / "b"), kind="bronze")
+                                      .metadata["summary"]).truncates  # the workload's TRUNCATE b
 
 
 def test_a_slice_purged_before_executors_read_it_stops_the_batch_and_commits_nothing(spark, database, root, params,
@@ -118,9 +127,15 @@ def test_the_batch_asset_decodes_on_executors_and_silver_follows_the_source(spar
             expected = sorted(tuple(r) for r in cur.fetchall())
         assert h.live("acct", ["id", "owner", "balance"]) == expected
         from ingest.lake.batchlog import logged_batches
-        from ingest.lake.commits import last_commit
         from ingest.lake.tables import table_location
 
         (entry,) = [e for e in logged_batches(str(tmp_path / "lake" / "src" / "_batch_log")) if e.batch == key]
         assert entry.tables == {"acct": 1700 + 2000 // 7 + 31}  # inserts, updates (id % 7 = 0), deletes
         assert last_commit(table_location(str(tmp_path / "lake"), "src", "quiet", "bronze"), batch=key) is None
+
+        # a TRUNCATE in a batch decoded on executors: silver learns of it from the planning pass
+        with root.cursor() as cur:
+            cur.execute("TRUNCATE acct")
+            cur.execute("INSERT INTO acct SELECT seq, 'after', 3 FROM seq_1_to_50")
+        assert h.sync() is not None
+        assert h.live("acct", ["id", "owner", "balance"]) == [(i, "after", Decimal(3)) for i in range(1, 51)]

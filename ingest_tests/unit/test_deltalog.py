@@ -89,3 +89,21 @@ def test_a_bronze_commit_carries_the_summary_silver_merges_by():
     meta = BronzeCommit("shop", "orders", "k1", {"end": "b"}, summary.to_metadata()).metadata()
     assert BatchSummary.from_metadata(json.loads(json.dumps(meta))["summary"]) == summary
     assert summarize([]) == BatchSummary(0, (), None)
+
+
+def test_a_summary_planned_before_its_rows_were_counted_takes_the_count_from_its_commit():
+    """A batch executors decode is summarized by the planning pass (TRUNCATEs, newest commit) before any
+    row is counted: the bronze commit's row count, less its TRUNCATE rows, completes it; a commit
+    without operation metrics leaves silver to count."""
+    import json
+
+    from ingest.lake.bronze import BatchSummary
+
+    planned = BatchSummary(None, (2**64 + 9, 2**64 + 30), 1_795_000_000)
+    stored = BatchSummary.from_metadata(json.loads(json.dumps(planned.to_metadata())))
+    assert stored == planned
+    assert stored.counted({"numOutputRows": "1002", "numFiles": "3"}) == BatchSummary(1000, planned.truncates,
+                                                                                        1_795_000_000)
+    assert stored.counted({}) is None
+    known = BatchSummary(7, (), None)
+    assert known.counted({"numOutputRows": "99"}) is known

@@ -123,12 +123,19 @@ class BatchResult:
     """Tables left out of this batch, with why (a column type outside the contract)."""
     touched: set[str] = field(default_factory=set)
     """Tables of ours with row events or a TRUNCATE in the batch (less those left out)."""
+    truncates: dict[str, list[int]] = field(default_factory=dict)
+    """The planning pass only: per table, the positions of its TRUNCATE records."""
+    newest: dict[str, dt.datetime] = field(default_factory=dict)
+    """The planning pass only: per table, when its newest change in the batch committed (from its
+    table maps and TRUNCATEs): with `truncates`, what silver's merge asks of a batch it did not count."""
 
     def skip(self, table: str, reason: str) -> None:
         """Leave a table out of the batch whole: none of its changes, so none is half-applied."""
         self.records.pop(table, None)
         self.decoders.pop(table, None)
         self.touched.discard(table)
+        self.truncates.pop(table, None)
+        self.newest.pop(table, None)
         self.skipped[table] = reason
 
 
@@ -197,8 +204,10 @@ def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     how large it is, to cut slices (slices.cut_slices) that executors decode with `scan_batch`."""
     result = BatchResult(end=batch.start)
     transactions: list[Transaction] = []
-    for _ in scan_batch(params, batch, tables, result, server_id, transactions):
-        pass  # TRUNCATE records: the slice that holds the statement produces them
+    for records in scan_batch(params, batch, tables, result, server_id, transactions):
+        for r in records:  # TRUNCATE records (the slice that holds the statement writes them): noted only
+            result.truncates.setdefault(r.table, []).append(int(r.pos))
+            result.newest[r.table] = max(result.newest.get(r.table, r.committed_at), r.committed_at)
     return result, transactions
 
 
@@ -282,7 +291,8 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
             committed_at = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
             if isinstance(event, TableMapEvent):
                 if planning and event.schema == params.database and event.table in key_columns:
-                    decoder_for(event.table, event.columns)
+                    if decoder_for(event.table, event.columns) is not None:
+                        result.newest[event.table] = committed_at
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if event.schema != params.database or event.table not in key_columns:
                     continue
