@@ -238,11 +238,11 @@ class SilverFromBatch:
             )
         # snapshot_id in every batch merge: "is this snapshot in?" is then answered by a recent commit
         record = SilverCommit(self.source, self.table, snapshot_id, batch=batch, end=bronze_batch.metadata.get("end"))
-        summary = bronze_batch.metadata.get("summary")
-        if summary:
-            summary = BatchSummary.from_metadata(summary).counted(bronze_batch.metrics)
+        stored = bronze_batch.metadata.get("summary")
+        # None: merge_bronze counts the batch's rows itself (an older commit, or one without metrics)
+        summary = BatchSummary.from_metadata(stored).counted(bronze_batch.metrics) if stored else None
         outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                record.metadata(), record.txn.app_id, summary or None)
+                                                record.metadata(), record.txn.app_id, summary)
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
