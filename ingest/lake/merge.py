@@ -9,8 +9,9 @@ pure; `ordered_merge` runs it with Delta.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from ingest.lake.columns import lake_name
@@ -21,6 +22,10 @@ from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, w
 POS = "_pos"
 DELETED = "_deleted"
 
+# A batch of at most this many changes names its keys in the merge's condition (see `narrowing`).
+NARROW_MAX_KEYS = 10_000
+DELETION_VECTORS = "delta.enableDeletionVectors"
+
 
 @dataclass(frozen=True)
 class MergePlan:
@@ -30,7 +35,8 @@ class MergePlan:
     tombstone_set: dict[str, str] | None
 
 
-def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_before: int | None = None) -> MergePlan:
+def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_before: int | None = None,
+                       narrow: str | None = None) -> MergePlan:
     """Conditions for merging source `s` into target `t`.
 
     `columns` are all target columns (data, `_pos`, `_deleted`). With
@@ -38,20 +44,66 @@ def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_be
     snapshot does not hold and that was last changed before that position was
     deleted at the source before the snapshot read it: it becomes a tombstone.
     Rows changed at or after it are left to the change log, which holds their
-    later history.
+    later history. `narrow`: a condition on the target alone that every row the
+    source matches meets (see `narrowing`); not with `tombstone_before`, whose
+    clause changes target rows the source does not match.
     """
     if not keys:
         raise ValueError("an ordered merge needs at least one key column")
     missing = [c for c in (*keys, POS, DELETED) if c not in columns]
     if missing:
         raise ValueError(f"merge columns lack {missing}")
-    on = " AND ".join(f"t.{_col(k)} <=> s.{_col(k)}" for k in keys)
+    if narrow and tombstone_before is not None:
+        raise ValueError("a snapshot merge (tombstone_before) cannot be narrowed: it changes unmatched rows")
+    on = " AND ".join([*(f"t.{_col(k)} <=> s.{_col(k)}" for k in keys), *([narrow] if narrow else [])])
     tomb_cond = tomb_set = None
     if tombstone_before is not None:
         p = int(tombstone_before)
         tomb_cond = f"t.{POS} < {p} AND NOT t.{DELETED}"
         tomb_set = {DELETED: "true", POS: f"CAST({p} AS DECIMAL(38,0))"}
     return MergePlan(on, f"s.{POS} > t.{POS}", tomb_cond, tomb_set)
+
+
+def key_literal(value: Any) -> str | None:
+    """`value` as a Spark SQL literal that compares equal to the key it came from (pure), or None
+    where we do not trust one to: floats, binary, times, and strings a parser setting could read
+    differently (backslashes, quotes, control characters)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal):
+        return format(value, "f") if value.is_finite() else None
+    if isinstance(value, str):
+        if any(ch in value for ch in "\\'") or any(ord(ch) < 32 for ch in value):
+            return None
+        return f"'{value}'"
+    return None
+
+
+def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | None:
+    """A condition on the target alone that every target row the source's keys `values` match
+    meets (pure): `t.k IN (...)` for each key column whose values all have a literal. None when no
+    column has one.
+
+    It adds nothing to which rows match, but Spark applies it to the target before the join: Delta
+    skips files whose statistics exclude every key, and with deletion vectors (where the merge
+    joins the touched files against the source again) only the batch's keys reach that join
+    instead of every row of every file. A NULL key drops its column: `<=>` matches NULL to NULL."""
+    rows = [tuple(v) for v in values]
+    conditions = []
+    for i, key in enumerate(keys):
+        column = {row[i] for row in rows}
+        literals = [key_literal(v) for v in column if v is not None]
+        if column and None not in column and None not in literals:
+            conditions.append(f"t.{_col(key)} IN ({', '.join(sorted(literals))})")
+    return " AND ".join(conditions) or None
+
+
+def has_deletion_vectors(spark, path: str) -> bool:
+    """Whether the table writes deletion vectors (a per-table opt-in: delta-rs cannot read them)."""
+    rows = spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)} ('{DELETION_VECTORS}')").collect()
+    return bool(rows) and str(rows[0]["value"]).lower() == "true"
 
 
 def latest_per_key(df, keys: Sequence[str]):
@@ -64,11 +116,15 @@ def latest_per_key(df, keys: Sequence[str]):
 
 
 def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict[str, Any], txn: Txn,
-                  tombstone_before: int | None = None) -> WriteOutcome:
+                  tombstone_before: int | None = None, expected_rows: int | None = None) -> WriteOutcome:
     """Merge `changes` (data columns, `_pos`, `_deleted`) into the Delta table at `path`.
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
+    `expected_rows`: how many rows `changes` holds, when known; a batch of at most
+    NARROW_MAX_KEYS into a table with deletion vectors names its keys in the
+    merge's condition (see `narrowing`): without that, the merge joins every row
+    of the table against the batch a second time.
     """
     from ingest.lake.deltalog import is_delta_table
 
@@ -77,7 +133,12 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
         return append(latest_per_key(changes, keys), path, metadata, txn)
     widen_for(spark, changes, path)
     before = table_version(path)
-    plan = plan_ordered_merge(keys, changes.columns, tombstone_before)
+    narrow = None
+    if (tombstone_before is None and expected_rows is not None and expected_rows <= NARROW_MAX_KEYS
+            and has_deletion_vectors(spark, path)):
+        found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
+        narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
+    plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(latest_per_key(changes, keys))
     try:
         with session_txn(spark, metadata, txn):

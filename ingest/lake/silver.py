@@ -177,7 +177,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     if UNCHANGED_COLUMN in rows.columns:
         rows = keep_unchanged(spark, path, rows, keys)
     if set(keys) <= set(rows.columns) and summary.changes:
-        outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0))
+        outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0), expected_rows=summary.changes)
     else:  # no change to this table here (bronze may not even have its columns yet)
         outcome = WriteOutcome(table_version(path), False)
     if truncates:

@@ -51,3 +51,27 @@ def test_table_locations_never_nest():
         table_location("/lake", "shop", "orders", "gold")
     with pytest.raises(ValueError):
         location_for_asset_key("/lake", ["x"])
+
+
+def test_narrowing_names_each_key_column_whose_values_all_have_a_literal():
+    from decimal import Decimal
+
+    from ingest.lake.merge import narrowing
+
+    assert narrowing(["id"], [(3,), (1,), (2,)]) == "t.`id` IN (1, 2, 3)"
+    assert narrowing(["a", "b"], [(1, "x"), (2, "y z")]) == "t.`a` IN (1, 2) AND t.`b` IN ('x', 'y z')"
+    assert narrowing(["d"], [(Decimal("12.50"),), (Decimal("-1E+2"),)]) == "t.`d` IN (-100, 12.50)"
+    # a NULL key matches a NULL target key through <=>: IN would drop it, so that column goes
+    assert narrowing(["a", "b"], [(1, None), (2, "y")]) == "t.`a` IN (1, 2)"
+    # strings a parser setting reads differently, and types without a trusted literal: no condition
+    assert narrowing(["s"], [("it's",)]) is None and narrowing(["s"], [("a\\b",)]) is None
+    assert narrowing(["s"], [("tab\there",)]) is None
+    assert narrowing(["f"], [(1.5,)]) is None and narrowing(["b"], [(b"\x00",)]) is None
+    assert narrowing(["flag"], [(True,)]) is None and narrowing(["id"], []) is None
+
+
+def test_narrowing_joins_the_key_match_and_refuses_a_snapshot_merge():
+    plan = plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], narrow="t.`id` IN (1, 2)")
+    assert plan.on == "t.`id` <=> s.`id` AND t.`id` IN (1, 2)"
+    with pytest.raises(ValueError, match="cannot be narrowed"):
+        plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=7, narrow="t.`id` IN (1)")
