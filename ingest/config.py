@@ -107,14 +107,22 @@ class TableSelection(_Model):
     """Tables (names or glob patterns) that also keep an SCD2 history: a `<source>/<table>/history` asset
     with one row per version of a key (see ingest/lake/history.py). The table needs a primary key."""
 
+    deletion_vectors: list[str] = []
+    """Tables (names or glob patterns) whose silver writes Delta deletion vectors: a small batch into a
+    large table then writes its changed rows instead of rewriting every file a key falls in. Off by
+    default: delta-rs (and with it Polars) cannot read such a table."""
+
     def keeps_history(self, table: str) -> bool:
         return any(fnmatch.fnmatchcase(table, p) for p in self.history)
+
+    def writes_deletion_vectors(self, table: str) -> bool:
+        return any(fnmatch.fnmatchcase(table, p) for p in self.deletion_vectors)
 
     def excluded_columns(self, table: str) -> frozenset[str]:
         selection = self.columns.get(table)
         return frozenset(selection.exclude) if selection else frozenset()
 
-    @field_validator("include", "exclude", "history")
+    @field_validator("include", "exclude", "history", "deletion_vectors")
     @classmethod
     def _patterns(cls, value: list[str]) -> list[str]:
         for pattern in value:
@@ -173,6 +181,9 @@ class MySQLSource(_Model):
     def keeps_history(self, table: str) -> bool:
         return self.tables.keeps_history(table)
 
+    def writes_deletion_vectors(self, table: str) -> bool:
+        return self.tables.writes_deletion_vectors(table)
+
 
 class ScanSettings(_Model):
     segments: Annotated[int, Field(ge=1, le=1_000_000)] = 8
@@ -224,6 +235,8 @@ class DynamoDBSource(_Model):
     history: list[str] = []
     """Tables that also keep an SCD2 history: a `<source>/<table>/history` asset with one row per version
     of an item (see ingest/lake/history.py)."""
+    deletion_vectors: list[str] = []
+    """Tables whose silver writes Delta deletion vectors (see TableSelection.deletion_vectors)."""
     snapshot: ScanSettings = ScanSettings()
     """How the parallel Scan runs."""
     cdc: StreamSettings = StreamSettings()
@@ -242,6 +255,9 @@ class DynamoDBSource(_Model):
     def keeps_history(self, table: str) -> bool:
         return table in self.history
 
+    def writes_deletion_vectors(self, table: str) -> bool:
+        return table in self.deletion_vectors
+
     @field_validator("access_key_id_env", "secret_access_key_env")
     @classmethod
     def _env_names(cls, value: str | None) -> str | None:
@@ -253,9 +269,10 @@ class DynamoDBSource(_Model):
     def _declared(self) -> DynamoDBSource:
         from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
 
-        for table in self.history:
-            if table not in self.tables:
-                raise ValueError(f"history: {table!r} is not one of the source's tables {self.tables}")
+        for field in ("history", "deletion_vectors"):
+            for table in getattr(self, field):
+                if table not in self.tables:
+                    raise ValueError(f"{field}: {table!r} is not one of the source's tables {self.tables}")
         for table, attrs in self.attributes.items():
             if table not in self.tables:
                 raise ValueError(f"attributes.{table}: not one of the source's tables {self.tables}")
@@ -318,6 +335,9 @@ class PostgresSource(_Model):
 
     def keeps_history(self, table: str) -> bool:
         return False
+
+    def writes_deletion_vectors(self, table: str) -> bool:
+        return self.tables.writes_deletion_vectors(table)
 
 
 def _source_kind(value: object) -> str:

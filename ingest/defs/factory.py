@@ -180,13 +180,15 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
         "appends bronze and merges silver for the tables it changed, and records the batch in the batch log; the "
         "partition key is the binlog range [start, end).")
     return change_batch_asset(name, tables, source.keeps_history, lambda t: excluded_metadata(source, t), partitions,
-                              read, text, lambda writes: {"server_id": writes.positions["server_id"]})
+                              read, text, lambda writes: {"server_id": writes.positions["server_id"]},
+                              source.writes_deletion_vectors)
 
 
 def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[str], bool],
                        table_metadata: Callable[[str], dict], partitions: DynamicPartitionsDefinition,
                        read: Callable[[AssetExecutionContext, str], ChangeBatch], text: BatchAssetText,
-                       log_extra: Callable[[ChangeBatch], dict]) -> AssetsDefinition:
+                       log_extra: Callable[[ChangeBatch], dict],
+                       deletion_vectors: Callable[[str], bool]) -> AssetsDefinition:
     """One step per change batch, for any source kind: `read` the source once, append bronze and merge
     silver for the tables the batch changed (and only those), then record the batch in the source's
     batch log. A table without changes gets no commit and no step: a batch costs what its changes cost,
@@ -269,7 +271,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
                     yield silver_out[t], table_key(name, t), SilverFromBatch(
                         name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
                         LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))),
-                        batch_required=t in changed)
+                        batch_required=t in changed, deletion_vectors=deletion_vectors(t))
                 elif report_unchanged:
                     yield silver_out[t], table_key(name, t), Unchanged(batch)
             for t, out in history_out.items():
@@ -362,13 +364,15 @@ def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     return None
 
 
-def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
+def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str,
+                 deletion_vectors: bool = False) -> AssetsDefinition:
     return built_from_bronze(
         name, table, partitions, None,
         f"Current state of {what}: the latest snapshot, then each change batch merged in order of `_pos` (any batch "
         "order converges). Deletes stay as tombstones (`_deleted`); read live rows with "
         "`ingest.lake.merge.live_rows`.",
-        lambda changes, snapshot: SilverFromBatch(name, table, changes, snapshot))
+        lambda changes, snapshot: SilverFromBatch(name, table, changes, snapshot,
+                                                  deletion_vectors=deletion_vectors))
 
 
 def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefinition, layer: str | None,

@@ -17,7 +17,7 @@ from typing import Any
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn, table_version
 from ingest.lake.tables import spark_ident as _col
-from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
+from ingest.lake.write import WriteOutcome, append, lake_columns, retry_conflicts, session_txn, widen_for
 
 POS = "_pos"
 DELETED = "_deleted"
@@ -106,6 +106,13 @@ def has_deletion_vectors(spark, path: str) -> bool:
     return bool(rows) and str(rows[0]["value"]).lower() == "true"
 
 
+def enable_deletion_vectors(spark, path: str) -> None:
+    """Turn deletion vectors on for an existing table that lacks them (a table opted in after it was made)."""
+    if not has_deletion_vectors(spark, path):
+        retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES "
+                                          f"('{DELETION_VECTORS}' = 'true')").collect(), f"{path}: deletion vectors")
+
+
 def latest_per_key(df, keys: Sequence[str]):
     """Keep each key's newest change: MERGE needs at most one source row per target row."""
     from pyspark.sql import Window
@@ -116,7 +123,8 @@ def latest_per_key(df, keys: Sequence[str]):
 
 
 def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict[str, Any], txn: Txn,
-                  tombstone_before: int | None = None, expected_rows: int | None = None) -> WriteOutcome:
+                  tombstone_before: int | None = None, expected_rows: int | None = None,
+                  deletion_vectors: bool = False) -> WriteOutcome:
     """Merge `changes` (data columns, `_pos`, `_deleted`) into the Delta table at `path`.
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
@@ -124,18 +132,22 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     `expected_rows`: how many rows `changes` holds, when known; a batch of at most
     NARROW_MAX_KEYS into a table with deletion vectors names its keys in the
     merge's condition (see `narrowing`): without that, the merge joins every row
-    of the table against the batch a second time.
+    of the table against the batch a second time. `deletion_vectors`: the table
+    (made or found) writes them; False leaves a table as it is.
     """
     from ingest.lake.deltalog import is_delta_table
 
     changes, keys = lake_columns(changes), [lake_name(k) for k in keys]
     if not is_delta_table(path):
-        return append(latest_per_key(changes, keys), path, metadata, txn)
+        return append(latest_per_key(changes, keys), path, metadata, txn,
+                      properties={DELETION_VECTORS: "true"} if deletion_vectors else None)
+    if deletion_vectors:
+        enable_deletion_vectors(spark, path)
     widen_for(spark, changes, path)
     before = table_version(path)
     narrow = None
     if (tombstone_before is None and expected_rows is not None and expected_rows <= NARROW_MAX_KEYS
-            and has_deletion_vectors(spark, path)):
+            and (deletion_vectors or has_deletion_vectors(spark, path))):
         found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
         narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)

@@ -38,6 +38,7 @@ class SilverFromSnapshot:
     table: str
     snapshot: LakeTable
     keys: Sequence[str] | None = None
+    deletion_vectors: bool = False
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -54,11 +55,11 @@ class SilverFromSnapshot:
         changes = self.snapshot.df().withColumn(DELETED, F.lit(False))
         record = SilverCommit(self.source, self.table, meta["snapshot_id"], log_start=meta["log_start"])
         outcome = ordered_merge(spark, path, changes, keys, metadata=record.metadata(), txn=record.txn,
-                                tombstone_before=int(meta["log_start_pos"]))
+                                tombstone_before=int(meta["log_start_pos"]), deletion_vectors=self.deletion_vectors)
         log(f"silver {self.source}/{self.table}: merged snapshot {meta['snapshot_id']}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
+        # no row counts here: the batch merge that brought the snapshot in counts once, after its catch-up
         return {
-            **row_counts(spark.read.format("delta").load(path)),
             "delta_version": outcome.version,
             "committed": outcome.committed,
             "snapshot_id": meta["snapshot_id"],
@@ -148,14 +149,15 @@ class BronzeMerge(NamedTuple):
 
 
 def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str,
-                 summary: BatchSummary | None = None) -> BronzeMerge:
+                 summary: BatchSummary | None = None, deletion_vectors: bool = False) -> BronzeMerge:
     """Merge bronze change rows into silver, TRUNCATEs included, safe in any order.
 
     A TRUNCATE in `changes`, or one silver applied before, turns every older
     change into a tombstone, and every older row silver holds too; the newest
     one is remembered in the commit metadata (`truncated_before`) so that older
     changes arriving later stay dead. `summary`: what bronze's commit recorded of
-    these changes, else one Spark job over them finds it.
+    these changes, else one Spark job over them finds it. `deletion_vectors`: see
+    `ordered_merge`.
     """
     from pyspark.sql import functions as F
 
@@ -177,7 +179,8 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     if UNCHANGED_COLUMN in rows.columns:
         rows = keep_unchanged(spark, path, rows, keys)
     if set(keys) <= set(rows.columns) and summary.changes:
-        outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0), expected_rows=summary.changes)
+        outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0), expected_rows=summary.changes,
+                                deletion_vectors=deletion_vectors)
     else:  # no change to this table here (bronze may not even have its columns yet)
         outcome = WriteOutcome(table_version(path), False)
     if truncates:
@@ -201,6 +204,8 @@ class SilverFromBatch:
     snapshot: LakeTable
     batch_required: bool = True
     """False: the batch did not change this table; only bring its newest snapshot in (and catch up)."""
+    deletion_vectors: bool = False
+    """Silver writes Delta deletion vectors (the table's opt-in, `tables.deletion_vectors`)."""
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -222,7 +227,8 @@ class SilverFromBatch:
         # it merged (and Delta's rows inserted and updated): counting every batch scans the whole table.
         merged_snapshot = not snapshot_in_silver(path, snapshot_id)
         if merged_snapshot:
-            SilverFromSnapshot(self.source, self.table, self.snapshot).apply(spark, path, log)
+            SilverFromSnapshot(self.source, self.table, self.snapshot,
+                               deletion_vectors=self.deletion_vectors).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
 
         def counts() -> dict[str, int]:
@@ -242,7 +248,7 @@ class SilverFromBatch:
         # None: merge_bronze counts the batch's rows itself (an older commit, or one without metrics)
         summary = BatchSummary.from_metadata(stored).counted(bronze_batch.metrics) if stored else None
         outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                record.metadata(), record.txn.app_id, summary)
+                                                record.metadata(), record.txn.app_id, summary, self.deletion_vectors)
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
@@ -265,7 +271,7 @@ class SilverFromBatch:
         if self.bronze.exists():
             since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"]))
                                            & (F.col("_batch") != batch))
-            merged = merge_bronze(spark, path, since, keys, meta, app_id)
+            merged = merge_bronze(spark, path, since, keys, meta, app_id, deletion_vectors=self.deletion_vectors)
         if merged is None or not merged.changes:
             append(spark.read.format("delta").load(path).limit(0), path, meta, Txn(app_id, 0))
         log(f"silver {self.source}/{self.table}: caught up on bronze since {snap['log_start']}")

@@ -45,3 +45,43 @@ def test_a_batch_with_changes_in_one_table_commits_nothing_to_the_others(spark, 
     with root.cursor() as cur:
         cur.execute("SELECT id, v FROM busy")
         assert h.live("busy", ["id", "v"]) == sorted(cur.fetchall())
+
+
+def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(spark, root, mariadb, database,
+                                                                              tmp_path):
+    import re
+
+    import deltalake
+
+    with root.cursor() as cur:
+        for t in ("plain", "marked"):
+            cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_200")
+    h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["plain", "marked"],
+                                        deletion_vectors=["marked"]), tmp_path / "lake", DagsterInstance.ephemeral())
+    h.snapshot()
+    assert h.sync()
+    with root.cursor() as cur:
+        for t in ("plain", "marked"):
+            cur.execute(f"UPDATE {t} SET v = -v WHERE id % 20 = 0")
+            cur.execute(f"DELETE FROM {t} WHERE id = 7")
+            cur.execute(f"INSERT INTO {t} VALUES (500, 5)")
+    assert h.sync()
+    for t in ("plain", "marked"):
+        with root.cursor() as cur:
+            cur.execute(f"SELECT id, v FROM {t}")
+            assert h.live(t, ["id", "v"]) == sorted(cur.fetchall())
+
+    def last_merge(t):
+        path = table_location(str(h.lake), "src", t, "silver")
+        props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+        row = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
+        return path, props, row["operation"], row["operationParameters"]["predicate"], row["operationMetrics"]
+
+    path, props, op, predicate, metrics = last_merge("marked")
+    assert props.get("delta.enableDeletionVectors") == "true" and op == "MERGE"
+    assert re.search(r"\bid(#\d+)? IN(SET)? ", predicate), predicate  # the batch's keys, from its row count
+    assert int(metrics["numTargetDeletionVectorsAdded"]) > 0 and int(metrics["numTargetRowsCopied"]) == 0
+    path, props, op, predicate, metrics = last_merge("plain")
+    assert props.get("delta.enableDeletionVectors") != "true" and not re.search(r" IN(SET)? ", predicate)
+    assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 201  # delta-rs opens it: tombstone kept

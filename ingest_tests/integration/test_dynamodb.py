@@ -258,13 +258,20 @@ def test_the_demo_carts_source_lands_with_its_declared_types(spark, dynamodb, tm
     assert (types["customer_id"], types["total"], types["skus"]) == ("bigint", "decimal(12,2)", "array<string>")
 
 
+def snapshotted(harness, ddb, prefix: str, items: int, **per_table: bool):
+    """A new table of `items` items, its source (`per_table`: settings that list it, e.g. history=True)
+    and its finished snapshot."""
+    table = create_table(ddb, unique(prefix))
+    for i in range(items):
+        ddb.put_item(TableName=table, Item=every_type_item(i))
+    h = harness([table], **{k: [table] for k, on in per_table.items() if on})
+    h.snapshot(table)
+    return table, h
+
+
 def test_history_of_a_dynamodb_table_keeps_every_version_of_an_item(harness, ddb):
     """`history: [table]`: the sensor's batch runs also build the SCD2 history, before the batch log."""
-    table = create_table(ddb, unique("hist"))
-    for i in range(3):
-        ddb.put_item(TableName=table, Item=every_type_item(i))
-    h = harness([table], history=[table])
-    h.snapshot(table)
+    table, h = snapshotted(harness, ddb, "hist", 3, history=True)
     ddb.put_item(TableName=table, Item=every_type_item(0, total={"N": "1.50"}))
     ddb.delete_item(TableName=table, Key={"id": {"S": "item-00001"}})
     assert h.sync_until_idle() == ["00000001"]
@@ -289,3 +296,19 @@ def test_history_of_a_dynamodb_table_keeps_every_version_of_an_item(harness, ddb
     assert current == sorted(r[0] for r in h.scan_rows(table))
     # the batch log records a batch only once its history is in: both batches are complete
     assert [e.batch for e in logged_batches(h.path(table, "batch_log"))] == ["00000002", "00000001"]
+
+
+def test_a_dynamodb_table_opted_into_deletion_vectors_gets_them_in_silver(harness, ddb):
+    import re
+
+    table, h = snapshotted(harness, ddb, "dv", 20, deletion_vectors=True)
+    assert h.sync_until_idle()
+    ddb.put_item(TableName=table, Item=every_type_item(3, total={"N": "7.25"}))
+    ddb.delete_item(TableName=table, Key={"id": {"S": "item-00004"}})
+    assert h.sync_until_idle()
+    assert h.silver_rows(table) == h.scan_rows(table)
+    path = h.path(table, "silver")
+    assert h.spark.sql(f"SHOW TBLPROPERTIES delta.`{path}` ('delta.enableDeletionVectors')").first()["value"] == "true"
+    row = h.spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
+    assert re.search(r"\bid(#\d+)? IN(SET)? ", row["operationParameters"]["predicate"])
+    assert int(row["operationMetrics"]["numTargetDeletionVectorsAdded"]) > 0

@@ -29,6 +29,20 @@ def test_good_config_loads(tmp_path):
     assert not shop.tables.is_static()
 
 
+def test_deletion_vectors_are_a_per_table_opt_in(tmp_path):
+    data = yaml.safe_load(yaml.safe_dump(GOOD))
+    data["sources"]["shop"]["tables"]["deletion_vectors"] = ["order_*"]
+    data["sources"].update(yaml.safe_load(yaml.safe_dump(DYNAMO))["sources"])
+    data["sources"]["events"]["deletion_vectors"] = ["users"]
+    cfg = load_config(write(tmp_path, data))
+    shop, events = cfg.sources["shop"], cfg.sources["events"]
+    assert [t for t in ("orders", "order_lines") if shop.writes_deletion_vectors(t)] == ["order_lines"]
+    assert events.writes_deletion_vectors("users") and not events.writes_deletion_vectors("orders")
+    data["sources"]["shop"]["tables"]["deletion_vectors"] = ["a; drop"]
+    with pytest.raises(ConfigError, match="sources.shop.tables.deletion_vectors"):
+        load_config(write(tmp_path, data))
+
+
 def test_every_field_has_a_docstring():
     from ingest.config import CdcSettings, MySQLSource, PostgresSource, SnapshotSettings, TableSelection
 
@@ -119,6 +133,7 @@ def test_a_dynamodb_source_loads_beside_a_mysql_one(tmp_path):
 @pytest.mark.parametrize("mutate, where", [
     (lambda s: s["attributes"]["orders"].update(total="money"), "attributes.orders.total: unknown type 'money'"),
     (lambda s: s["attributes"].update(nosuch={"a": "string"}), "attributes.nosuch: not one of the source's tables"),
+    (lambda s: s.update(deletion_vectors=["nosuch"]), "deletion_vectors: 'nosuch' is not one of the source's tables"),
     (lambda s: s.update(tables=["bad-name"]), "sources.events.tables"),
     (lambda s: s["cdc"].update(page_limit=5000), "sources.events.cdc.page_limit"),
     (lambda s: s.update(kind="oracle"), "kind must be mysql, dynamodb or postgres"),
