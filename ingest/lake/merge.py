@@ -129,11 +129,13 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
-    `expected_rows`: how many rows `changes` holds, when known; a batch of at most
-    NARROW_MAX_KEYS into a table with deletion vectors names its keys in the
-    merge's condition (see `narrowing`): without that, the merge joins every row
-    of the table against the batch a second time. `deletion_vectors`: the table
-    (made or found) writes them; False leaves a table as it is.
+    `deletion_vectors`: the table (made or found) writes them (the table's opt-in;
+    False leaves a table as it is). `expected_rows`: how many rows `changes`
+    holds, when known; a batch of at most NARROW_MAX_KEYS into a table with
+    deletion vectors names its keys in the merge's condition (see `narrowing`):
+    without that, the merge joins every row of the table against the batch a
+    second time. A copy-on-write merge rewrites every file a key falls in
+    whatever the condition, so it is not narrowed (nor asked about its table).
     """
     from ingest.lake.deltalog import is_delta_table
 
@@ -147,7 +149,7 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     before = table_version(path)
     narrow = None
     if (tombstone_before is None and expected_rows is not None and expected_rows <= NARROW_MAX_KEYS
-            and (deletion_vectors or has_deletion_vectors(spark, path))):
+            and deletion_vectors):
         found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
         narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)

@@ -74,7 +74,7 @@ def _last_merge(spark, path):
     return row["operationParameters"]["predicate"], row["operationMetrics"]
 
 
-def test_small_batch_into_a_table_with_deletion_vectors_names_its_keys_and_merges_the_same(spark, tmp_path):
+def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and_merges_the_same(spark, tmp_path):
     schema = "id int, name string, v string, _pos decimal(38,0), _deleted boolean"
     names = ["a", "it's", None]  # a quote has no trusted literal, NULL matches through <=>: name is not narrowed
     base = [(i, names[i % 3], "old", Decimal(10), False) for i in range(300)]
@@ -85,11 +85,10 @@ def test_small_batch_into_a_table_with_deletion_vectors_names_its_keys_and_merge
     want.update({(i, n): v for i, n, v, p, _ in batch if p == 20})
     for deletion_vectors in (True, False):
         path = str(tmp_path / f"silver-{deletion_vectors}")
+        # made without them: the opt-in turns them on at the next merge
         ordered_merge(spark, path, spark.createDataFrame(base, schema), ["id", "name"], {"kind": "silver"}, Txn("n", 0))
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                  f"('delta.enableDeletionVectors' = '{str(deletion_vectors).lower()}')").collect()
         ordered_merge(spark, path, spark.createDataFrame(batch, schema), ["id", "name"], {"kind": "silver"},
-                      Txn("n", 1), expected_rows=len(batch))
+                      Txn("n", 1), expected_rows=len(batch), deletion_vectors=deletion_vectors)
         rows = spark.read.format("delta").load(path).collect()
         assert len(rows) == len(want), "a key the narrowed condition missed would be inserted twice"
         assert {(r["id"], r["name"]): r["v"] for r in rows} == want
