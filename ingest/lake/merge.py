@@ -66,8 +66,9 @@ def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_be
 
 def key_literal(value: Any) -> str | None:
     """`value` as a Spark SQL literal that compares equal to the key it came from (pure), or None
-    where we do not trust one to: floats, binary, times, and strings a parser setting could read
-    differently (backslashes, quotes, control characters)."""
+    where we do not trust one to: floats, binary, times, and strings the SQL text could read
+    differently (backslashes and quotes, which a parser setting changes; control characters; `${`,
+    which Spark's variable substitution would replace)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -75,7 +76,7 @@ def key_literal(value: Any) -> str | None:
     if isinstance(value, Decimal):
         return format(value, "f") if value.is_finite() else None
     if isinstance(value, str):
-        if any(ch in value for ch in "\\'") or any(ord(ch) < 32 for ch in value):
+        if any(ch in value for ch in "\\'") or any(ord(ch) < 32 for ch in value) or "${" in value:
             return None
         return f"'{value}'"
     return None

@@ -65,7 +65,8 @@ def test_narrowing_names_each_key_column_whose_values_all_have_a_literal():
     assert narrowing(["a", "b"], [(1, None), (2, "y")]) == "t.`a` IN (1, 2)"
     # strings a parser setting reads differently, and types without a trusted literal: no condition
     assert narrowing(["s"], [("it's",)]) is None and narrowing(["s"], [("a\\b",)]) is None
-    assert narrowing(["s"], [("tab\there",)]) is None
+    assert narrowing(["s"], [("tab\there",)]) is None and narrowing(["s"], [("${spark.app.name}",)]) is None
+    assert narrowing(["s"], [("$5 {x}",)]) == "t.`s` IN ('$5 {x}')"
     assert narrowing(["f"], [(1.5,)]) is None and narrowing(["b"], [(b"\x00",)]) is None
     assert narrowing(["flag"], [(True,)]) is None and narrowing(["id"], []) is None
 
