@@ -26,7 +26,7 @@ def harness(pg, spark, tmp_path, monkeypatch):
     sources.write_text(yaml.safe_dump({"sources": {"pgshop": {
         "kind": "postgres", "host": pg.host, "port": pg.port, "user": pg.user, "password_env": "INGEST_TEST_PG_PASSWORD",
         "database": "postgres", "publication": "shop_pub", "slot": "pgshop_slot",
-        "tables": {"include": ["orders", "customers"]},
+        "tables": {"include": ["orders", "customers"], "deletion_vectors": ["cust*"]},
         "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 2}, "cdc": HARNESS_CDC}}}))
     instance = DagsterInstance.ephemeral()
     yield CdcHarness(spark, sources, tmp_path / "lake", instance, name="pgshop")
@@ -88,6 +88,10 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
     assert harness.sync() is not None
     assert harness.live("orders", ["id", "note", "doc", "total"]) == table(pg, "orders", "id, note, doc, total")
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")
+    # customers is opted into deletion vectors: its batch merge wrote one for the renamed row, by its key
+    merge = harness.spark.sql(f"DESCRIBE HISTORY delta.`{harness.silver_path('customers')}` LIMIT 1").first()
+    assert merge["operation"] == "MERGE" and int(merge["operationMetrics"]["numTargetDeletionVectorsAdded"]) > 0
+    assert "AND (id#" in merge["operationParameters"]["predicate"]  # `t.id IN (3)`, which Spark writes `id = 3`
     result = harness.tick()
     assert not isinstance(result, SensorResult) or not result.run_requests
 
