@@ -87,10 +87,10 @@ def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | Non
     meets (pure): `t.k IN (...)` for each key column whose values all have a literal. None when no
     column has one.
 
-    It adds nothing to which rows match, but Spark applies it to the target before the join: Delta
-    skips files whose statistics exclude every key, and with deletion vectors (where the merge
-    joins the touched files against the source again) only the batch's keys reach that join
-    instead of every row of every file. A NULL key drops its column: `<=>` matches NULL to NULL."""
+    It adds nothing to which rows match, but Spark applies it to the target's rows before the join:
+    with deletion vectors, where the merge joins the touched files against the source a second time,
+    only the batch's keys reach that join instead of every row of those files. A NULL key drops its
+    column: `<=>` matches NULL to NULL."""
     rows = [tuple(v) for v in values]
     conditions = []
     for i, key in enumerate(keys):

@@ -49,9 +49,9 @@ def test_a_batch_with_changes_in_one_table_commits_nothing_to_the_others(spark, 
 
 def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(spark, root, mariadb, database,
                                                                               tmp_path):
-    import re
-
     import deltalake
+
+    from ingest_tests.merges import last_commit, names_keys
 
     with root.cursor() as cur:
         for t in ("plain", "marked"):
@@ -72,16 +72,11 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
             cur.execute(f"SELECT id, v FROM {t}")
             assert h.live(t, ["id", "v"]) == sorted(cur.fetchall())
 
-    def last_merge(t):
-        path = table_location(str(h.lake), "src", t, "silver")
-        props = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
-        row = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
-        return path, props, row["operation"], row["operationParameters"]["predicate"], row["operationMetrics"]
-
-    path, props, op, predicate, metrics = last_merge("marked")
-    assert props.get("delta.enableDeletionVectors") == "true" and op == "MERGE"
-    assert re.search(r"\bid(#\d+)? IN(SET)? ", predicate), predicate  # the batch's keys, from its row count
-    assert int(metrics["numTargetDeletionVectorsAdded"]) > 0 and int(metrics["numTargetRowsCopied"]) == 0
-    path, props, op, predicate, metrics = last_merge("plain")
-    assert props.get("delta.enableDeletionVectors") != "true" and not re.search(r" IN(SET)? ", predicate)
+    marked = last_commit(spark, table_location(str(h.lake), "src", "marked", "silver"))
+    assert marked.deletion_vectors and marked.operation == "MERGE"
+    assert names_keys(marked.predicate, "id"), marked.predicate  # the batch's keys, from its row count
+    assert int(marked.metrics["numTargetDeletionVectorsAdded"]) > 0 and int(marked.metrics["numTargetRowsCopied"]) == 0
+    path = table_location(str(h.lake), "src", "plain", "silver")
+    plain = last_commit(spark, path)
+    assert not plain.deletion_vectors and not names_keys(plain.predicate, "id"), plain.predicate
     assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 201  # delta-rs opens it: tombstone kept
