@@ -66,6 +66,20 @@ SERVER_CONF: dict[str, str] = {
     "spark.hadoop.parquet.block.size": str(16 * 2**20),
 }
 
+SESSION_CONF: dict[str, str] = {
+    # the type contract is in UTC; a cluster's server may default to another zone
+    "spark.sql.session.timeZone": "UTC",
+    # Parquet files in zstd without dictionary pages, on every table we write. Most of our columns are
+    # unique or nearly (keys, `_pos`, times, before images), and the writer hashes every value into a
+    # dictionary it then drops; zstd finds the repeats that dictionaries would have. Measured on the CDC
+    # bench's changes (1M, into bronze and silver): 7-9 % less time a run than snappy with dictionaries,
+    # with files less than half the size (bronze 22 against 53 MiB, silver 20 against 34). Session
+    # settings, not the server's, so that a cluster's server writes the same files.
+    "spark.sql.parquet.compression.codec": "zstd",
+    "parquet.enable.dictionary": "false",
+}
+"""Set on every session (Spark hands a session's Hadoop-style keys to the file writers)."""
+
 STATE_FILE = "server.json"
 START_TIMEOUT = 120.0
 
@@ -253,8 +267,8 @@ def connect(url: str | None = None, extra_conf: dict[str, str] | None = None):
         except Exception as again:
             raise _unavailable(url, again) from None
     check_versions(url, server_version, session.conf.get("spark.jars", ""))
-    # the server's default is the embedded one's; a cluster's may be another, and the type contract is in UTC
-    session.conf.set("spark.sql.session.timeZone", "UTC")
+    for key, value in SESSION_CONF.items():
+        session.conf.set(key, value)
     if embedded:
         session.client.set_retry_policies([_while_alive(embedded.pid)])
     if lease is not None:

@@ -81,3 +81,29 @@ def test_bronze_keeps_statistics_on_its_meta_columns_only(spark, tmp_path):
     append_changes(spark, path, "src", "t", "b1", records, [("id", "bigint"), ("v", "string")], {}, lambda _m: None)
     stats = _file_stats(path)
     assert stats and all(set(s["minValues"]) <= set(STATS_META) and "_pos" in s["minValues"] for s in stats), stats
+
+
+def test_tables_are_written_in_zstd_without_dictionary_pages(spark, tmp_path):
+    """The session's Parquet settings (connect.SESSION_CONF) reach Delta's writers: an append and a
+    MERGE's rewrite write zstd pages and no dictionary, even for a column of one repeated value."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    from ingest.lake.commits import Txn
+    from ingest.lake.merge import ordered_merge
+
+    path = str(tmp_path / "silver")
+    rows = "SELECT id, 'same' AS v, CAST(id AS decimal(38,0)) AS _pos, false AS _deleted FROM range({})"
+    ordered_merge(spark, path, spark.sql(rows.format(1000)), ["id"], {"kind": "test"}, Txn("t", 0))
+    ordered_merge(spark, path, spark.sql(rows.format(1500)).selectExpr("id", "v", "_pos + 1 AS _pos", "_deleted"),
+                  ["id"], {"kind": "test"}, Txn("t", 1))
+    files = sorted(Path(path).glob("*.parquet"))
+    assert len(files) >= 2, files  # the first write and the merge's rewrite
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                column = meta.row_group(g).column(c)
+                assert column.compression == "ZSTD", (f.name, column.path_in_schema, column.compression)
+                assert not column.has_dictionary_page, (f.name, column.path_in_schema, column.encodings)
