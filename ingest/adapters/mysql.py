@@ -283,7 +283,7 @@ def read_slices_df(spark, *, params: ConnectionParams, table: str, captured, sli
 def read_slice(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Any:
     """One slice of a batch (executor side): its rows events for one table decoded by the same code as
     a batch read in the driver (binlog.scan_batch), as Arrow record batches of bronze rows."""
-    from ingest.lake.bronze import records_arrow
+    from ingest.lake.bronze import BronzeRows
     from ingest.sources.mysql.binlog import BatchResult, scan_batch
     from ingest.sources.mysql.events import CapturedTable
     from ingest.sources.mysql.positions import BatchRange
@@ -292,20 +292,18 @@ def read_slice(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_
     piece = BatchRange(BinlogPosition.from_metadata(part["start"]), BinlogPosition.from_metadata(part["end"]))
     table = spec["table"]
     captured = CapturedTable(tuple(spec["keys"]), frozenset(spec["excluded"]), spec["declared"])
-    columns = [tuple(c) for c in spec["columns"]]
     result = BatchResult(end=piece.start)
-    held: list = []
-    changes = scan_batch(params, piece, {table: captured}, result)
+    rows = BronzeRows([tuple(c) for c in spec["columns"]], spec["batch"], arrow_schema)
+    events = scan_batch(params, piece, {table: captured}, result)
     try:
-        for records in changes:
+        for event in events:
             if table in result.skipped:
                 # the planning pass saw every table map of the batch: it would have left the table out
                 raise RuntimeError(f"slice {piece.key} of table {table}: {result.skipped[table]}")
-            held.extend(records)
-            if len(held) >= ARROW_ROWS:
-                yield from records_arrow(held, columns, spec["batch"], arrow_schema).to_batches()
-                held = []
+            rows.add(event.names, event.changes, event.committed_at, event.txid)
+            if len(rows) >= ARROW_ROWS:
+                yield from rows.arrow().to_batches()
     finally:
-        changes.close()
-    if held:
-        yield from records_arrow(held, columns, spec["batch"], arrow_schema).to_batches()
+        events.close()
+    if len(rows):
+        yield from rows.arrow().to_batches()

@@ -39,12 +39,16 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
+_IMAGE_JSON = json.JSONEncoder(sort_keys=True, default=_json_value)
+"""json.dumps's encoding, made once: json.dumps with options builds an encoder at every call."""
+
+
 def image_json(image: dict[str, Any] | None) -> str | None:
     """A before image as JSON, keys sorted; json calls `_json_value` only for the values it cannot write
     (a walk over every value first was most of an update's cost in bronze)."""
     if image is None:
         return None
-    return json.dumps(image, sort_keys=True, default=_json_value)
+    return _IMAGE_JSON.encode(image)
 
 
 def bronze_ddl(columns: Sequence[tuple[str, str]], with_unchanged: bool = False) -> str:
@@ -91,8 +95,52 @@ def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, 
         [r.origin for r in records],
         *([[u or None for u in unchanged]] if with_unchanged else []),
     ]
+    return arrow_table(data, arrow_schema)
+
+
+def arrow_table(data: Sequence[Sequence[Any]], arrow_schema):
+    """Columns of values (bronze's columns, then its meta columns) as an Arrow table."""
+    import pyarrow as pa
+
     arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
+
+
+class BronzeRows:
+    """One table's bronze rows built from changes whose values come in a table map's column order
+    (events.EventChanges: op, `_pos`, values, values before), with no ChangeRecord per row: the path of
+    a batch that executors decode, where that was a quarter of the work. `arrow` gives what
+    `records_arrow` gives for the same changes as records (no `_unchanged`: the binlog sends every column)."""
+
+    def __init__(self, columns: Sequence[tuple[str, str]], batch_key: str, arrow_schema) -> None:
+        self.names = [n for n, _ in columns]
+        self.batch_key, self.arrow_schema = batch_key, arrow_schema
+        self.rows: list[tuple] = []
+        self._places: dict[tuple[str, ...], list[int] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, names: tuple[str, ...], changes: Sequence[tuple[ChangeOp, int, list, list | None]],
+            committed_at: dt.datetime | None, txid: str | None) -> None:
+        """The changes of one event; `names`: their values' columns, a subset of bronze's."""
+        if names not in self._places:  # once per table map: where its columns go among bronze's (None: in order)
+            self._places[names] = None if list(names) == self.names else [self.names.index(n) for n in names]
+        place = self._places[names]
+        width, batch, append = len(self.names), self.batch_key, self.rows.append
+        for op, pos, values, before in changes:
+            if place is not None:
+                spread: list[Any] = [None] * width
+                for i, value in zip(place, values):
+                    spread[i] = value
+                values = spread
+            before_json = None if before is None else image_json(dict(zip(names, before)))
+            append((*values, op.value, pos, committed_at, txid, batch, before_json, None))
+
+    def arrow(self):
+        """The rows added since the last call, as an Arrow table of bronze rows."""
+        rows, self.rows = self.rows, []
+        return arrow_table(list(zip(*rows)) if rows else [[] for _ in self.arrow_schema], self.arrow_schema)
 
 
 def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):

@@ -4,7 +4,9 @@ import datetime as dt
 import pytest
 
 from ingest.changes import ChangeOp
-from ingest.sources.mysql.events import MappedColumn, TableDecoder, emptied_tables, row_changes, to_mysql_column
+from ingest.sources.mysql.events import (
+    EventChanges, MappedColumn, TableDecoder, change_rows, emptied_tables, to_mysql_column,
+)
 from ingest.sources.mysql.positions import BinlogPosition
 
 
@@ -33,9 +35,12 @@ def test_table_map_columns_become_contract_columns():
 def test_primary_key_update_becomes_delete_then_insert_with_increasing_positions():
     decoder = TableDecoder.from_table_map("t", [MappedColumn("id", 3), MappedColumn("v", 15)])
     end = BinlogPosition("mysql-bin.000002", 900)
-    rows = [{"before_values": {"id": 1, "v": "a"}, "after_values": {"id": 2, "v": "a"}},
-            {"before_values": {"id": 5, "v": "a"}, "after_values": {"id": 5, "v": "b"}}]
-    records = row_changes("t", "update", rows, decoder, ["id"], end, dt.datetime(2026, 1, 1), "0-1-7")
+    library = [{"before_values": {"id": 1, "v": "a"}, "after_values": {"id": 2, "v": "a"}},
+               {"before_values": {"id": 5, "v": "a"}, "after_values": {"id": 5, "v": "b"}}]
+    rows = decoder.library_rows(library, update=True)
+    assert rows == [([1, "a"], [2, "a"]), ([5, "a"], [5, "b"])]
+    changes = change_rows("update", rows, decoder.key_index(["id"]), end)
+    records = EventChanges("t", decoder.names, changes, dt.datetime(2026, 1, 1), "0-1-7").records()
     assert [(r.op, r.row["id"]) for r in records] == [(ChangeOp.DELETE, 1), (ChangeOp.INSERT, 2), (ChangeOp.UPDATE, 5)]
     assert [r.pos for r in records] == sorted(r.pos for r in records) and len({r.pos for r in records}) == 3
     assert all(r.pos > end.row_pos(0) for r in records) and records[2].before == {"id": 5, "v": "a"}

@@ -24,7 +24,9 @@ from ingest.changes import ChangeOp, ChangeRecord
 from ingest.sources.mysql.errors import (
     BatchBoundaryError, BinlogDisabled, BinlogGap, BinlogSettingsError, UnsupportedColumnType,
 )
-from ingest.sources.mysql.events import CapturedTable, MappedColumn, TableDecoder, emptied_tables, row_changes
+from ingest.sources.mysql.events import (
+    CapturedTable, EventChanges, MappedColumn, TableDecoder, change_rows, emptied_tables,
+)
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams
 from ingest.sources.mysql.slices import Transaction
@@ -164,15 +166,15 @@ class CompiledRows:
     def __init__(self) -> None:
         self._readers: dict[int, tuple[Any, Any]] = {}
 
-    def rows(self, event, update: bool) -> list[dict] | None:
-        """The event's rows as the library's `rows` gives them, or None: let the library read them (a
-        type rows.py does not read, or a row image that is not FULL)."""
+    def rows(self, event, update: bool, decoder: TableDecoder) -> list[Any] | None:
+        """The event's rows as lists of contract values (`decoder`'s columns), or None: let the library
+        read them (a type rows.py does not read, or a row image that is not FULL)."""
         from ingest.sources.mysql.rows import compile_rows
 
         columns = event.columns
         cached = self._readers.get(event.table_id)
         if cached is None or cached[0] is not columns:  # a new table map: the same id may be another table
-            cached = (columns, compile_rows(columns))
+            cached = (columns, compile_rows(columns, decoder.converts))
             self._readers[event.table_id] = cached
         reader = cached[1]
         full = (1 << event.number_of_columns) - 1
@@ -189,9 +191,9 @@ def read_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     CapturedTable). A table whose rows cannot be decoded is left out of the result and named in
     `skipped`, so that it does not hold back the others (see BatchResult.skip)."""
     result = BatchResult(end=batch.start)
-    for records in scan_batch(params, batch, tables, result, server_id, fast_rows=fast_rows):
-        if records and records[0].table not in result.skipped:
-            result.records.setdefault(records[0].table, []).extend(records)
+    for event in scan_batch(params, batch, tables, result, server_id, fast_rows=fast_rows):
+        if event.changes and event.table not in result.skipped:
+            result.records.setdefault(event.table, []).extend(event.records())
     return result
 
 
@@ -204,8 +206,8 @@ def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     how large it is, to cut slices (slices.cut_slices) that executors decode with `scan_batch`."""
     result = BatchResult(end=batch.start)
     transactions: list[Transaction] = []
-    for records in scan_batch(params, batch, tables, result, server_id, transactions):
-        for r in records:  # TRUNCATE records (the slice that holds the statement writes them): noted only
+    for event in scan_batch(params, batch, tables, result, server_id, transactions):
+        for r in event.records():  # TRUNCATE records (the slice that holds the statement writes them): noted only
             result.truncates.setdefault(r.table, []).append(int(r.pos))
             result.newest[r.table] = max(result.newest.get(r.table, r.committed_at), r.committed_at)
     return result, transactions
@@ -213,8 +215,8 @@ def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
 
 def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str, CapturedTable | Sequence[str]],
                result: BatchResult, server_id: int | None = None,
-               transactions: list[Transaction] | None = None, fast_rows: bool = True) -> Iterator[list[ChangeRecord]]:
-    """Yield the change records of the transactions that begin in [batch.start, batch.end), one list per
+               transactions: list[Transaction] | None = None, fast_rows: bool = True) -> Iterator[EventChanges]:
+    """Yield the changes of the transactions that begin in [batch.start, batch.end), one EventChanges per
     rows event (or TRUNCATE), for `tables`, noting in `result` what the batch says of itself as it goes.
 
     With `transactions` (the planning pass), row events are skipped unparsed and each transaction's
@@ -239,6 +241,7 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
         ignored_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent] if planning else None,
     )
     decoders: dict[tuple[str, tuple], TableDecoder] = {}
+    key_indexes: dict[int, list[int]] = {}  # per decoder (they live as long as the scan)
     compiled = CompiledRows()
     current_file = batch.start.file
     in_trx = False
@@ -300,11 +303,16 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                 if decoder is None:
                     continue
                 kind = {WriteRowsEvent: "insert", UpdateRowsEvent: "update", DeleteRowsEvent: "delete"}[type(event)]
+                update = kind == "update"
+                rows = compiled.rows(event, update, decoder) if fast_rows else None
+                if rows is None:
+                    rows = decoder.library_rows(event.rows, update)
                 # the key silver merges on (the library's primary_key is a bare string for one column)
-                keys = list(key_columns[event.table].keys)
-                rows = compiled.rows(event, kind == "update") if fast_rows else None
-                yield row_changes(event.table, kind, event.rows if rows is None else rows, decoder, keys, end_pos,
-                                  committed_at, gtid)
+                key_index = key_indexes.get(id(decoder))
+                if key_index is None:
+                    key_index = key_indexes[id(decoder)] = decoder.key_index(key_columns[event.table].keys)
+                yield EventChanges(event.table, decoder.names, change_rows(kind, rows, key_index, end_pos),
+                                   committed_at, gtid)
             elif isinstance(event, QueryEvent):
                 query = event.query if isinstance(event.query, str) else event.query.decode("utf-8", "replace")
                 if query.strip().upper() in ("BEGIN", "COMMIT"):
@@ -342,14 +350,14 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
         result.end = batch.end  # nothing of ours between the last event and the requested end
 
 
-def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> Iterator[list[ChangeRecord]]:
+def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> Iterator[EventChanges]:
     """TRUNCATE and DROP TABLE of a tracked table empty it: a TRUNCATE record at this position."""
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
     result.ddl.append(query)
     for table in emptied_tables(query, schema, database):
         if table in key_columns and table not in result.skipped:
             result.touched.add(table)
-            yield [ChangeRecord(table, ChangeOp.TRUNCATE, end_pos.row_pos(1), {}, None, committed_at, gtid)]
+            yield EventChanges(table, (), [(ChangeOp.TRUNCATE, end_pos.row_pos(1), [], None)], committed_at, gtid)
 
 
 def keys_changed(params, schema, batch: BatchRange) -> set[tuple]:

@@ -13,7 +13,8 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from ingest.changes import ChangeOp, ChangeRecord
 from ingest.sources.mysql.positions import BinlogPosition
@@ -109,6 +110,29 @@ class TableDecoder:
                 out[name] = value if convert is None else convert(value)
         return out
 
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """The columns a row holds, in the order of the values `library_rows` and rows.py give."""
+        return tuple(name for name, _, _ in self._plan)
+
+    def key_index(self, keys: Sequence[str]) -> list[int]:
+        """Where the primary key's columns are in a row (a key column the rows lack is left out)."""
+        names = self.names
+        return [names.index(k) for k in keys if k in names]
+
+    @property
+    def converts(self) -> dict[str, Any]:
+        """Each column's contract conversion by name (None: the library's value is the contract's)."""
+        return {name: convert for name, convert, _ in self._plan}
+
+    def library_rows(self, rows: Iterable[dict[str, Any]], update: bool) -> list[Any]:
+        """python-mysql-replication's rows of one event as rows.py gives them: a list of contract values
+        per row (`names` order), for an update a (before, after) pair."""
+        if update:
+            return [(list(self.row(r["before_values"], r.get("before_none_sources")).values()),
+                     list(self.row(r["after_values"], r.get("after_none_sources")).values())) for r in rows]
+        return [list(self.row(r["values"], r.get("none_sources")).values()) for r in rows]
+
     @property
     def _plan(self) -> tuple[tuple[str, Any, bool], ...]:
         """Per column what `row` asks: name, conversion, whether a SET (computed once per decoder)."""
@@ -119,52 +143,57 @@ class TableDecoder:
         return plan
 
 
-def row_changes(table: str, kind: str, rows: Iterable[dict[str, Any]], decoder: TableDecoder,
-                key_columns: Sequence[str], event_end: BinlogPosition, committed_at: dt.datetime | None,
-                txid: str | None) -> list[ChangeRecord]:
-    """Records of one rows event. Row i of the event gets `_pos` row i+1 (0 is the snapshot's).
+Change = tuple[ChangeOp, int, list[Any], "list[Any] | None"]
+"""One row change of an event: its op, `_pos`, values and (an update's) values before, in the
+decoder's column order."""
+
+
+class EventChanges(NamedTuple):
+    """The changes of one rows event (or one TRUNCATE) of a table, as the scan reads them; `records`
+    makes the source-agnostic ChangeRecords of them, an executor's bronze writer takes `changes` as they are."""
+
+    table: str
+    names: tuple[str, ...]
+    """The columns of the values in `changes`."""
+    changes: list[Change]
+    committed_at: dt.datetime | None
+    txid: str | None
+
+    def records(self) -> list[ChangeRecord]:
+        names = self.names
+        return [ChangeRecord(self.table, op, pos, dict(zip(names, values)),
+                             None if before is None else dict(zip(names, before)), self.committed_at, self.txid)
+                for op, pos, values, before in self.changes]
+
+
+def change_rows(kind: str, rows: Sequence[Any], key_index: Sequence[int], event_end: BinlogPosition) -> list[Change]:
+    """The changes of one rows event's rows (lists of values; an update's are (before, after) pairs),
+    row i of the event at `_pos` row i+1 (0 is the snapshot's). `key_index`: where the primary key's
+    columns are in a row.
 
     An update that changes the primary key becomes a delete of the old key and
     an insert of the new one, so the old key cannot linger in silver.
     """
-    out: list[ChangeRecord] = []
+    out: list[Change] = []
     index = 1
-    real, event_end = event_end, _RowPos(event_end.row_pos(1) - 1)  # the event's part of `_pos`, once
-    for raw in rows:
-        if kind == "insert":
-            out.append(ChangeRecord(table, ChangeOp.INSERT, event_end.row_pos(index),
-                                    decoder.row(raw["values"], raw.get("none_sources")), None, committed_at, txid))
-        elif kind == "delete":
-            out.append(ChangeRecord(table, ChangeOp.DELETE, event_end.row_pos(index),
-                                    decoder.row(raw["values"], raw.get("none_sources")), None, committed_at, txid))
-        else:
-            before = decoder.row(raw["before_values"], raw.get("before_none_sources"))
-            after = decoder.row(raw["after_values"], raw.get("after_none_sources"))
-            if [before.get(k) for k in key_columns] != [after.get(k) for k in key_columns]:
-                out.append(ChangeRecord(table, ChangeOp.DELETE, event_end.row_pos(index), before, None,
-                                        committed_at, txid))
+    base = event_end.row_pos(1) - 1  # the event's part of `_pos`, once: row_pos parses the file name
+    if kind == "update":
+        for before, after in rows:
+            if any(before[i] != after[i] for i in key_index):
+                out.append((ChangeOp.DELETE, base + index, before, None))
                 index += 1
-                out.append(ChangeRecord(table, ChangeOp.INSERT, event_end.row_pos(index), after, None,
-                                        committed_at, txid))
+                out.append((ChangeOp.INSERT, base + index, after, None))
             else:
-                out.append(ChangeRecord(table, ChangeOp.UPDATE, event_end.row_pos(index), after, before,
-                                        committed_at, txid))
-        index += 1
+                out.append((ChangeOp.UPDATE, base + index, after, before))
+            index += 1
+    else:
+        op = ChangeOp.INSERT if kind == "insert" else ChangeOp.DELETE
+        for values in rows:
+            out.append((op, base + index, values, None))
+            index += 1
     if out:
-        real.row_pos(index - 1)  # the last row index is in range (raises as for every row before)
+        event_end.row_pos(index - 1)  # the last row index is in range (raises as for every row before)
     return out
-
-
-class _RowPos:
-    """`row_pos(i)` of one event, by addition (pure): BinlogPosition.row_pos parses the file name each time."""
-
-    __slots__ = ("base",)
-
-    def __init__(self, base: int) -> None:
-        self.base = base
-
-    def row_pos(self, row: int) -> int:
-        return self.base + row
 
 
 _IDENT = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"

@@ -1,15 +1,17 @@
-"""A faster reader of rows events' bodies (pure): the values python-mysql-replication gives, for less.
+"""A faster reader of rows events' bodies (pure): each row as the type contract's values, for less.
 
 Decoding binlog rows in Python is the cost of CDC (DESIGN: ~28k inserts/s on one core). Most of it
 is the library's generic path: several calls, a buffer copy and a type dispatch for every value.
 Here a table map is compiled once into one reader per column that reads its value straight out of
 the event's bytes at an offset, and a row is a loop over those readers.
 
-The values are the library's own, quirks included (a zero DATE is None, an empty SET is None with
-`none_sources` saying so, a BIT is a string of bits), so the type contract after it
-(events.TableDecoder) stays the only conversion: the binlog tests hold the two readers to equal
-records. A column type not compiled here (MySQL's binary JSON, pre-5.6 temporal types) leaves the
-whole table map to the library (`compile_rows` returns None).
+Each reader gives the value python-mysql-replication would give, quirks included (a zero DATE is
+None, a BIT is a string of bits), and the column's contract conversion (events.TableDecoder's) is
+applied to it in the same loop, so a row comes out as one list of contract values in the table map's
+order, with no dict of the library's values in between. The binlog tests hold this reader and the
+library's (through TableDecoder.row) to equal records. A column type not compiled here (MySQL's
+binary JSON, pre-5.6 temporal types) leaves the whole table map to the library (`compile_rows`
+returns None).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -25,9 +27,6 @@ from typing import Any
 TINY, SHORT, LONG, FLOAT, DOUBLE, TIMESTAMP, LONGLONG, INT24, DATE = 1, 2, 3, 4, 5, 7, 8, 9, 10
 YEAR, VARCHAR, BIT, TIMESTAMP2, DATETIME2, TIME2 = 13, 15, 16, 17, 18, 19
 NEWDECIMAL, ENUM, SET, BLOB, STRING, GEOMETRY = 246, 247, 248, 252, 254, 255
-
-EMPTY_SET = "empty set"
-"""python-mysql-replication's NONE_SOURCE.EMPTY_SET: an empty SET is None, and its none_sources say why."""
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -191,11 +190,13 @@ def _enum(column) -> Reader:
 
 
 def _set(column) -> Reader:
+    """The members as a Python set, an empty one for a SET with none (the library gives None and says
+    "empty set" in its none_sources; the contract's conversion makes it [])."""
     size, bits, members = column.size, _uint_le(column.size), list(enumerate(column.set_values or ()))
 
     def read(buf: bytes, off: int) -> tuple[Any, int]:
         mask = bits(buf, off)
-        return ({v for i, v in members if mask & (1 << i)} or None), off + size
+        return {v for i, v in members if mask & (1 << i)}, off + size
     return read
 
 
@@ -239,49 +240,53 @@ def column_reader(column) -> Reader | None:
 
 
 class RowsReader:
-    """A table map compiled: reads the rows of its rows events as the library's row dicts."""
+    """A table map compiled: reads the rows of its rows events as lists of contract values."""
 
-    def __init__(self, names: Sequence[str], readers: Sequence[Reader], sets: Sequence[bool]) -> None:
-        self.names, self.readers, self.sets = tuple(names), tuple(readers), tuple(sets)
-        self.null_bytes = (len(self.names) + 7) // 8
-        # per column, everything the row loop asks: its null bit (byte, mask), reader and whether a SET
-        self._plan = tuple((name, i >> 3, 1 << (i & 7), read, is_set)
-                           for i, (name, read, is_set) in enumerate(zip(self.names, self.readers, self.sets)))
+    def __init__(self, readers: Sequence[Reader], converts: Sequence[Callable[[Any], Any] | None],
+                 kept: Sequence[bool]) -> None:
+        self.null_bytes = (len(readers) + 7) // 8
+        # per column, everything the row loop asks: its null bit (byte, mask), reader, conversion, and
+        # whether the row keeps it (a column the config excludes is read past, not kept)
+        self._plan = tuple((i >> 3, 1 << (i & 7), read, convert, keep)
+                           for i, (read, convert, keep) in enumerate(zip(readers, converts, kept)))
 
-    def image(self, buf: bytes, off: int) -> tuple[dict[str, Any], dict[str, str], int]:
-        """One row image at `off`: values by column name, the none_sources of empty SETs, the next offset."""
+    def image(self, buf: bytes, off: int) -> tuple[list[Any], int]:
+        """One row image at `off`: the kept columns' contract values, and the next offset."""
         nulls = buf[off:off + self.null_bytes]
         off += self.null_bytes
-        values: dict[str, Any] = {}
-        why: dict[str, str] = {}
-        for name, byte, mask, read, is_set in self._plan:
+        values: list[Any] = []
+        append = values.append
+        for byte, mask, read, convert, keep in self._plan:
             if nulls[byte] & mask:
-                values[name] = None
+                if keep:
+                    append(None)
                 continue
             value, off = read(buf, off)
-            values[name] = value
-            if value is None and is_set:
-                why[name] = EMPTY_SET
-        return values, why, off
+            if keep:
+                append(value if convert is None or value is None else convert(value))
+        return values, off
 
-    def rows(self, body: bytes, update: bool) -> list[dict[str, Any]]:
-        """Every row of an event's body (after its columns-present bitmaps), as the library's `rows`."""
-        out, off, end = [], 0, len(body)
+    def rows(self, body: bytes, update: bool) -> list[Any]:
+        """Every row of an event's body (after its columns-present bitmaps): a list of values per row,
+        for an update a (before, after) pair."""
+        out: list[Any] = []
+        off, end, image = 0, len(body), self.image
         while off < end:
             if update:
-                before, before_why, off = self.image(body, off)
-                after, after_why, off = self.image(body, off)
-                out.append({"before_values": before, "before_none_sources": before_why,
-                            "after_values": after, "after_none_sources": after_why})
+                before, off = image(body, off)
+                after, off = image(body, off)
+                out.append((before, after))
             else:
-                values, why, off = self.image(body, off)
-                out.append({"values": values, "none_sources": why})
+                values, off = image(body, off)
+                out.append(values)
         return out
 
 
-def compile_rows(columns: Sequence[Any]) -> RowsReader | None:
-    """A reader for a table map's columns, or None when a column's type is left to the library."""
+def compile_rows(columns: Sequence[Any], converts: Mapping[str, Callable[[Any], Any] | None]) -> RowsReader | None:
+    """A reader for a table map's columns, or None when a column's type is left to the library.
+    `converts`: the contract's conversion of each column a row keeps, by name (None: the value as read)."""
     readers = [column_reader(c) for c in columns]
     if any(r is None for r in readers) or any(not c.name for c in columns):
         return None
-    return RowsReader([c.name for c in columns], readers, [c.type == SET for c in columns])  # type: ignore[misc]
+    return RowsReader(readers, [converts.get(c.name) for c in columns],  # type: ignore[arg-type]
+                      [c.name in converts for c in columns])
