@@ -37,6 +37,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -491,10 +492,30 @@ class SensorRecoveryHarness(KillHarness):
         if point == "after_bronze":
             return re.compile(rf"bronze src/{TABLE} batch \S+: committed"), 0.0
         if point == "mid_silver":
-            return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 2.0)
+            # within the merge: a warm one takes about a second, and a kill after its batch log commit
+            # leaves nothing to recover
+            span = self._silver_seconds()
+            return re.compile(rf"silver src/{TABLE} batch \S+: merging"), self.rng.uniform(0, 0.8 * span if span else 1.0)
         # cancel and reboot: somewhere in the bronze append or the silver merge (a warm batch takes seconds)
         which = self.rng.choice([rf"bronze src/{TABLE} batch \S+: appending", rf"silver src/{TABLE} batch \S+: merging"])
         return re.compile(which), self.rng.uniform(0, 0.5)
+
+    def _silver_seconds(self) -> float | None:
+        """How long the silver step of the last successful runs took, from "merging" to "merged batch"
+        in their event logs (the median), or None before any."""
+        spans = []
+        done = [r for r in self._runs() if r.dagster_run.status.value == "SUCCESS"]
+        for record in done[:5]:  # newest first
+            started = ended = None
+            for entry in self.h.instance.all_logs(record.dagster_run.run_id):
+                message = entry.user_message or ""
+                if started is None and re.search(rf"silver src/{TABLE} batch \S+: merging", message):
+                    started = entry.timestamp
+                elif re.search(rf"silver src/{TABLE}: merged batch", message):
+                    ended = entry.timestamp
+            if started is not None and ended is not None:
+                spans.append(ended - started)
+        return statistics.median(spans) if spans else None
 
     def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool,
                    reboot: bool = False) -> bool:
