@@ -68,6 +68,21 @@ def test_before_images_keep_struct_and_binary_values_as_json():
         '{"d": "-1.50", "day": "0001-01-01", "e": "", "n": 3, "t": "2026-01-02 03:04:05.000006", "z": null}')
 
 
+def test_before_image_json_is_json_dumps_with_sorted_keys():
+    """image_json builds json's C encoder once; its text is json.dumps's, for every kind of value."""
+    import datetime as dt
+    import json
+    from decimal import Decimal
+
+    from ingest.lake.bronze import _json_value, image_json
+
+    images = [{}, {"b": 1, "a": None}, {"é": "ü\n\"q\"", "x": -0.0, "y": 1e300, "n": float("nan"), "i": float("-inf")},
+              {"t": dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc), "d": Decimal("1E+2"), "z": True, "f": False},
+              {"s": ["b", "a"], "g": {"wkb": bytearray(b"\x00"), "srid": 0}, "big": 2 ** 70, "raw": b"\x80"}]
+    for image in images:
+        assert image_json(image) == json.dumps(image, sort_keys=True, default=_json_value), image
+
+
 def test_excluded_columns_are_dropped_and_declared_types_used_on_decode():
     from ingest.sources.mysql.events import CapturedTable
 
