@@ -2,12 +2,13 @@
 
 Decoding binlog rows in Python is the cost of CDC (DESIGN: ~28k inserts/s on one core). Most of it
 is the library's generic path: several calls, a buffer copy and a type dispatch for every value.
-Here a table map is compiled once into one reader per column that reads its value straight out of
-the event's bytes at an offset, and a row is a loop over those readers.
+Here a table map is compiled once into one row function (generated Python) that reads each column's
+value straight out of the event's bytes at an offset: numbers and text inline, other types by a
+reader of their own.
 
 Each reader gives the value python-mysql-replication would give, quirks included (a zero DATE is
 None, a BIT is a string of bits), and the column's contract conversion (events.TableDecoder's) is
-applied to it in the same loop, so a row comes out as one list of contract values in the table map's
+applied to it as it is read, so a row comes out as one list of contract values in the table map's
 order, with no dict of the library's values in between. The binlog tests hold this reader and the
 library's (through TableDecoder.row) to equal records. A column type not compiled here (MySQL's
 binary JSON, pre-5.6 temporal types) leaves the whole table map to the library (`compile_rows`
@@ -21,7 +22,7 @@ import datetime as dt
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 # MySQL protocol field type codes (include/mysql_com.h)
 TINY, SHORT, LONG, FLOAT, DOUBLE, TIMESTAMP, LONGLONG, INT24, DATE = 1, 2, 3, 4, 5, 7, 8, 9, 10
@@ -37,13 +38,27 @@ _FIXED = {  # type: (signed format, unsigned format)
 _DECIMAL_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 
 
-def _fixed(fmt: str) -> Reader:
-    unpack, size = struct.Struct(fmt).unpack_from, struct.calcsize(fmt)
+class Fixed(NamedTuple):
+    """A fixed-width number, read inline by the row function: struct's `unpack_from` and its size."""
 
-    def read(buf: bytes, off: int) -> tuple[Any, int]:
-        return unpack(buf, off)[0], off + size
-    read.inline = ("fixed", unpack, size)  # type: ignore[attr-defined]
-    return read
+    unpack: Callable[[bytes, int], tuple[Any, ...]]
+    size: int
+
+
+class Text(NamedTuple):
+    """A length-prefixed value, read inline by the row function: the prefix's size and the codec
+    (None: kept as bytes)."""
+
+    length_size: int
+    encoding: str | None
+
+
+Column = Reader | Fixed | Text
+"""How the row function reads one column: inline (Fixed, Text) or by calling its reader."""
+
+
+def _fixed(fmt: str) -> Fixed:
+    return Fixed(struct.Struct(fmt).unpack_from, struct.calcsize(fmt))
 
 
 def _int24(unsigned: bool) -> Reader:
@@ -68,7 +83,7 @@ def _int_be(data: bytes) -> int:
     return int.from_bytes(data, "big", signed=len(data) != 5)
 
 
-def _text(length_size: int, column) -> Reader:
+def _text(length_size: int, column) -> Text:
     """A length-prefixed value, decoded as the library decodes it: by the column's character set, kept
     as bytes when Python has no codec of that name (binary), UTF-8 when the table map names none."""
     encoding: str | None = "utf-8"
@@ -80,15 +95,7 @@ def _text(length_size: int, column) -> Reader:
             codecs.lookup(encoding)
         except LookupError:
             encoding = None
-    length = _uint_le(length_size)
-
-    def read(buf: bytes, off: int) -> tuple[Any, int]:
-        n = length(buf, off)
-        start = off + length_size
-        raw = buf[start:start + n]
-        return (raw if encoding is None else raw.decode(encoding)), start + n
-    read.inline = ("text", length_size, encoding)  # type: ignore[attr-defined]
-    return read
+    return Text(length_size, encoding)
 
 
 def _fsp(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
@@ -221,8 +228,8 @@ def _year(buf: bytes, off: int) -> tuple[Any, int]:
     return buf[off] + 1900, off + 1
 
 
-def column_reader(column) -> Reader | None:
-    """The reader of one table-map column (a python-mysql-replication Column), or None when only the
+def column_reader(column) -> Column | None:
+    """How to read one table-map column (a python-mysql-replication Column), or None when only the
     library reads its type."""
     kind = column.type
     if kind in _FIXED:
@@ -247,7 +254,7 @@ def column_reader(column) -> Reader | None:
 class RowsReader:
     """A table map compiled: reads the rows of its rows events as lists of contract values."""
 
-    def __init__(self, readers: Sequence[Reader], converts: Sequence[Callable[[Any], Any] | None],
+    def __init__(self, readers: Sequence[Column], converts: Sequence[Callable[[Any], Any] | None],
                  kept: Sequence[bool]) -> None:
         self.image = image_function(readers, converts, kept)
 
@@ -271,7 +278,7 @@ _LENGTH = {1: "buf[off]", 2: "buf[off] | buf[off + 1] << 8"}
 """A length prefix of 1 or 2 bytes read inline (longer ones are BLOBs': int.from_bytes)."""
 
 
-def image_function(readers: Sequence[Reader], converts: Sequence[Callable[[Any], Any] | None],
+def image_function(readers: Sequence[Column], converts: Sequence[Callable[[Any], Any] | None],
                    kept: Sequence[bool]) -> Callable[[bytes, int], tuple[list[Any], int]]:
     """`image(buf, off) -> (values, next offset)` for one row image of these columns, generated as
     straight-line Python (as namedtuple and dataclasses generate theirs): a loop over the columns'
@@ -287,18 +294,17 @@ def image_function(readers: Sequence[Reader], converts: Sequence[Callable[[Any],
     for i, (read, convert, keep) in enumerate(zip(readers, converts, kept)):
         v = f"v{i}"
         lines += [f"    if n{i >> 3} & {1 << (i & 7)}:", f"        {v} = None", "    else:"]
-        inline = getattr(read, "inline", None)
-        if inline and inline[0] == "fixed":
-            names[f"u{i}"] = inline[1]
-            lines += [f"        {v} = u{i}(buf, off)[0]", f"        off += {inline[2]}"]
-        elif inline and inline[0] == "text":
-            size, encoding = inline[1], inline[2]
+        if isinstance(read, Fixed):
+            names[f"u{i}"] = read.unpack
+            lines += [f"        {v} = u{i}(buf, off)[0]", f"        off += {read.size}"]
+        elif isinstance(read, Text):
+            size = read.length_size
             length = _LENGTH.get(size, f"int.from_bytes(buf[off:off + {size}], 'little')")
             lines += [f"        n = {length}", f"        off += {size}"]
-            if encoding is None:
+            if read.encoding is None:
                 lines.append(f"        {v} = buf[off:off + n]")
             else:
-                names[f"e{i}"] = encoding
+                names[f"e{i}"] = read.encoding
                 lines.append(f"        {v} = buf[off:off + n].decode(e{i})")
             lines.append("        off += n")
         else:
