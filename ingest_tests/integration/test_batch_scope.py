@@ -52,6 +52,7 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
     import deltalake
 
     from ingest_tests.merges import last_commit, names_keys
+    from ingest_tests.open_readers import assert_deletion_vector_readers_open
 
     with root.cursor() as cur:
         for t in ("plain", "marked"):
@@ -80,3 +81,7 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
     plain = last_commit(spark, path)
     assert not plain.deletion_vectors and not names_keys(plain.predicate, "id"), plain.predicate
     assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 201  # delta-rs opens it: tombstone kept
+    # the opted-in table, for readers that apply deletion vectors: 200 rows and the inserted one, whose
+    # tombstone (id 7) and updates are the merge's, not the rows its vectors mark
+    marked_path = table_location(str(h.lake), "src", "marked", "silver")
+    assert assert_deletion_vector_readers_open(spark, marked_path, ["id"]) == 201
