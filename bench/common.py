@@ -120,6 +120,22 @@ def process_rss_bytes(pid: int) -> int:
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def jvm_live_heap_bytes(pid: int) -> int | None:
+    """What a JVM's heap holds after a full GC (`jcmd <pid> GC.run`, then `GC.heap_info`'s "used"):
+    the objects still referenced, without the garbage and free space that its RSS also counts.
+    None when jcmd is missing or the JVM does not answer."""
+    import re
+
+    try:
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    used = re.search(r"heap\s+total \d+K, used (\d+)K", info)
+    return int(used.group(1)) * 1024 if used else None
+
+
 def tree_rss_bytes(root: int) -> int:
     """The resident memory of a process and all its descendants (driver, JVM, Python workers)."""
     children: dict[int, list[int]] = {}

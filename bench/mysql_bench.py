@@ -373,7 +373,7 @@ def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, pa
 
     from bench.common import BENCH_DIR, PeakRss
 
-    peaks, seconds = {}, {}
+    peaks, seconds, live = {}, {}, {}
     for rows in (small, large):
         table = ensure_table(server, rows, log)
         # A state folder of its own: the child starts its own Spark Connect server (the Spark driver, where
@@ -390,11 +390,13 @@ def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, pa
             raise RuntimeError(f"the snapshot child for {rows} rows failed (exit {child.returncode})")
         got = json.loads(out.strip().splitlines()[-1])
         assert got["rows"] == rows, (got, rows)
-        peaks[rows], seconds[rows] = rss.peak / 2**20, got["seconds"]
-        log(f"{rows:,} rows: peak RSS {peaks[rows]:,.0f} MiB, {got['seconds']:.1f} s in a fresh process")
+        peaks[rows], seconds[rows], live[rows] = rss.peak / 2**20, got["seconds"], got["live_heap_mib"]
+        log(f"{rows:,} rows: peak RSS {peaks[rows]:,.0f} MiB, {got['seconds']:.1f} s in a fresh process; "
+            f"the server's live heap after a full GC at the end {live[rows]} MiB")
     return [Result(f"snapshot_peak_rss_{_label(large)}_rows", peaks[large], f"same_at_{_label(small)}_rows",
                    peaks[small], "MiB", higher_is_better=False, target=1.1,
                    details={"small_rows": small, "large_rows": large, "seconds_in_fresh_process": seconds,
+                            "live_heap_after_full_gc_mib": live,
                             "measured": "RSS of the process tree: client, its own Spark Connect server (JVM) and its Python workers; sampled every 0.2 s"})]
 
 
