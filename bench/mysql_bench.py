@@ -391,8 +391,9 @@ def memory_bench(server, lake: Path, small: int, large: int, chunk_size: int, pa
         got = json.loads(out.strip().splitlines()[-1])
         assert got["rows"] == rows, (got, rows)
         peaks[rows], seconds[rows], live[rows] = rss.peak / 2**20, got["seconds"], got["live_heap_mib"]
+        held = f"{live[rows]} MiB" if live[rows] is not None else "not measured (no jcmd: it comes with a JDK)"
         log(f"{rows:,} rows: peak RSS {peaks[rows]:,.0f} MiB, {got['seconds']:.1f} s in a fresh process; "
-            f"the server's live heap after a full GC at the end {live[rows]} MiB")
+            f"the server's live heap after a full GC at the end: {held}")
     return [Result(f"snapshot_peak_rss_{_label(large)}_rows", peaks[large], f"same_at_{_label(small)}_rows",
                    peaks[small], "MiB", higher_is_better=False, target=1.1,
                    details={"small_rows": small, "large_rows": large, "seconds_in_fresh_process": seconds,
