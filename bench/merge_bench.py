@@ -2,19 +2,23 @@
 
 One batch of 1,000 updates at random keys, merged into silver by the silver merge's code
 (`ordered_merge`) on the warm Spark Connect server, into a silver of `big` rows against the same
-into `small` rows. Each silver is written as a snapshot merge writes it and compacted as the
-maintenance job leaves it (OPTIMIZE); the figure is the median of 3 batches, each at new random keys.
+into `small` rows. Each silver is created as a snapshot's merge creates it (`ordered_merge`: key
+order, files of at most SILVER_FILE_ROWS rows) and compacted as the maintenance job leaves it
+(`compact`); the figure is the median of 3 batches, each at new random keys.
 
-A Delta MERGE rewrites every file holding a changed key; with random keys that is every file, so by
-default the cost follows the table's size. The second line measures the same for a table opted into
-deletion vectors (`tables.deletion_vectors`, `delta.enableDeletionVectors`): the merge then marks the
-old rows in a vector and writes only the changed rows, and the batch's keys in its condition keep
-the rest of the table out of its second join.
+A copy-on-write MERGE rewrites every file holding a changed key; with random keys that is every file,
+so by default the cost follows the table's size. The second line measures the same for a table opted
+into deletion vectors (`tables.deletion_vectors`, `delta.enableDeletionVectors`): the merge then marks
+the old rows in a vector and writes only the changed rows, and the batch's keys in its condition keep
+the rest of the table out of its second join. The third line (no target) is copy-on-write again with
+batches at the newest keys, as recent rows change in most databases: they fall in one or two of
+silver's files.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 import statistics
 import time
 from decimal import Decimal
@@ -27,22 +31,30 @@ REPEATS = 3
 
 
 def _silver(spark, path: str, rows: int, deletion_vectors: bool) -> None:
-    (spark.range(rows).selectExpr("CAST(id AS INT) AS id", "CAST(id AS INT) AS v", "concat('note-', id) AS note",
-                                  "CAST(1 AS DECIMAL(38,0)) AS _pos", "false AS _deleted")
-     .write.format("delta").mode("overwrite").save(path))
-    if deletion_vectors:
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')").collect()
-    spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+    from ingest.lake.commits import Txn
+    from ingest.lake.maintenance import compact
+    from ingest.lake.merge import ordered_merge
+
+    shutil.rmtree(path, ignore_errors=True)
+    rows_df = spark.range(rows).selectExpr("CAST(id AS INT) AS id", "CAST(id AS INT) AS v",
+                                           "concat('note-', id) AS note", "CAST(1 AS DECIMAL(38,0)) AS _pos",
+                                           "false AS _deleted")
+    ordered_merge(spark, path, rows_df, ["id"], {"kind": "silver", "bench": "merge_scaling"}, Txn("bench-silver", 0),
+                  deletion_vectors=deletion_vectors)
+    compact(spark, path)
 
 
-def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: bool) -> list[float]:
+def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: bool,
+                   recent: bool = False) -> list[float]:
+    """Seconds of each of REPEATS batches of CHANGES updates: at random keys, or (`recent`) at the newest
+    keys not changed yet."""
     from ingest.lake.commits import Txn
     from ingest.lake.merge import ordered_merge
 
     rng = random.Random(seed)
     times = []
     for i in range(REPEATS):
-        keys = rng.sample(range(rows), CHANGES)
+        keys = list(range(rows - CHANGES * (i + 1), rows - CHANGES * i)) if recent else rng.sample(range(rows), CHANGES)
         df = spark.createDataFrame([(k, -k, "changed", Decimal(10 + i), False) for k in keys],
                                    "id int, v int, note string, _pos decimal(38,0), _deleted boolean")
         started = time.perf_counter()
@@ -53,21 +65,26 @@ def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: boo
 
 
 def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
+    from ingest.lake.merge import SILVER_FILE_ROWS
+
     results = []
-    for dv in (False, True):
-        seconds = {}
+    size = f"{big // 1_000_000 or big}{'M' if big >= 1e6 else ''}"
+    for label, dv, recent in (("merge_scaling", False, False), ("merge_scaling_deletion_vectors", True, False),
+                              ("merge_recent_keys", False, True)):
+        seconds, files = {}, {}
         for rows in (small, big):
             path = str(work / f"merge-{rows}-{'dv' if dv else 'cow'}")
-            log(f"merge_scaling: writing silver of {rows:,} rows{' with deletion vectors' if dv else ''}")
+            log(f"{label}: writing silver of {rows:,} rows{' with deletion vectors' if dv else ''}")
             _silver(spark, path, rows, dv)
-            times = _merge_seconds(spark, path, rows, seed=rows, deletion_vectors=dv)
-            files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
+            files[rows] = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
+            times = _merge_seconds(spark, path, rows, seed=rows, deletion_vectors=dv, recent=recent)
+            after = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
             seconds[rows] = statistics.median(times)
-            log(f"merge_scaling: {CHANGES} updates into {rows:,} rows: {', '.join(f'{t:.2f}' for t in times)} s "
-                f"({files} files after)")
-        name = f"merge_scaling{'_deletion_vectors' if dv else ''}_{big // 1_000_000 or big}{'M' if big >= 1e6 else ''}"
-        results.append(Result(name, seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
-                              higher_is_better=False, target=2.0,
+            log(f"{label}: {CHANGES} updates at {'the newest' if recent else 'random'} keys into {rows:,} rows "
+                f"({files[rows]} files): {', '.join(f'{t:.2f}' for t in times)} s ({after} files after)")
+        results.append(Result(f"{label}_{size}", seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
+                              higher_is_better=False, target=None if recent else 2.0,
                               details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
-                                       "deletion_vectors": dv}))
+                                       "deletion_vectors": dv, "keys": "newest" if recent else "random",
+                                       "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS}))
     return results

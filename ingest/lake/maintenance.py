@@ -8,7 +8,7 @@ maintenance job, on a schedule, runs for each lake table:
    expires the idempotent txn ids (else every snapshot of the log carries all of them forever);
    `delta.logRetentionDuration` keeps the log, and with it our commit metadata, at least as long;
    `delta.deletedFileRetentionDuration` is what VACUUM keeps;
-2. OPTIMIZE (bin-packing compaction): many small files become few;
+2. OPTIMIZE (bin-packing compaction): files under 1 MiB become files of up to 32 MiB (`compact`);
 3. VACUUM with the retention the user sets.
 
 A write that loses a commit race to OPTIMIZE is retried by the writer (see lake/write.py), and
@@ -24,6 +24,15 @@ from typing import Any
 # Delta refuses a VACUUM that keeps less than this unless told it is safe (readers of older
 # versions, and writers that started before, may still need those files).
 DELTA_SAFE_RETAIN_HOURS = 168
+
+
+# OPTIMIZE compacts files smaller than COMPACT_BELOW into files of at most COMPACT_UP_TO (Delta's defaults:
+# 1 GiB for both). With those defaults a 10M-row silver became one file, which every batch then rewrote
+# whole. Silver is written in key order, in files of a narrow key range (merge.SILVER_FILE_ROWS: 1M rows of
+# a narrow table took 5.7 MB), and a batch at clustered keys rewrites one or two of them; compaction leaves
+# them apart. What it joins are a sensor batch's small appends and merges (kilobytes each).
+COMPACT_BELOW = 2**20
+COMPACT_UP_TO = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
                         f"{path}: retention properties")
         log(f"{path}: set {', '.join(changed)}")
     before = files()
-    retry_conflicts(lambda: spark.sql(f"OPTIMIZE {table}").collect(), f"{path}: OPTIMIZE")
+    compact(spark, path)
     compacted = files()
     unsafe = retention.vacuum_hours < DELTA_SAFE_RETAIN_HOURS
     check = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -78,3 +87,20 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
     log(f"{path}: {before} files, {compacted} after OPTIMIZE; VACUUM kept {retention.vacuum_hours} h")
     return {"path": path, "exists": True, "files_before": before, "files_after": compacted,
             "properties_set": sorted(changed)}
+
+
+def compact(spark, path: str, below: int = COMPACT_BELOW, up_to: int = COMPACT_UP_TO) -> None:
+    """OPTIMIZE the Delta table at `path`: its files under `below` bytes become files of at most `up_to`
+    (session settings for this command only: the session may be a leased one that others reuse)."""
+    from ingest.lake.merge import delta_path
+    from ingest.lake.write import retry_conflicts
+
+    sizes = {"spark.databricks.delta.optimize.minFileSize": str(below),
+             "spark.databricks.delta.optimize.maxFileSize": str(up_to)}
+    for key, value in sizes.items():
+        spark.conf.set(key, value)
+    try:
+        retry_conflicts(lambda: spark.sql(f"OPTIMIZE {delta_path(path)}").collect(), f"{path}: OPTIMIZE")
+    finally:
+        for key in sizes:
+            spark.conf.unset(key)

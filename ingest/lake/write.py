@@ -147,12 +147,13 @@ def _drop_other_stats_columns(df, path: str, properties: dict[str, str]) -> None
 
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
            overwrite_schema: bool = False, merge_schema: bool = False,
-           properties: dict[str, str] | None = None) -> WriteOutcome:
+           properties: dict[str, str] | None = None, max_rows_per_file: int | None = None) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
     Safe to repeat: a second call with the same txn adds nothing. With `merge_schema` the
     table gains `df`'s new columns, and its columns widen where `df`'s types are wider.
     `properties`: table properties for a table this write creates (an existing table keeps its own).
+    `max_rows_per_file`: a task starts a new file after this many rows.
     """
     df = lake_columns(df)
     if merge_schema and table_version(path) is not None:
@@ -173,5 +174,7 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
         writer = writer.option("mergeSchema", "true")
     for key, value in (properties or {}).items():
         writer = writer.option(key, value)
+    if max_rows_per_file:
+        writer = writer.option("maxRecordsPerFile", str(max_rows_per_file))
     writer.save(path)
     return WriteOutcome.after(path, before)

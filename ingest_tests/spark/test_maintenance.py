@@ -138,3 +138,43 @@ def test_maintenance_racing_batch_merges_loses_no_batch(spark, spark_server, tmp
     # the race happened: the table was compacted between the batches' merges
     assert any(merges[0] < v < merges[-1] for v in optimizes), history
     print(f"{len(tries) - 8} merges retried after losing to OPTIMIZE; {len(optimizes)} OPTIMIZE commits")
+
+
+def test_compaction_keeps_silvers_key_range_files_apart_and_joins_the_small_ones(spark, tmp_path):
+    """OPTIMIZE with Delta's defaults made a 10M-row silver one file, which every batch rewrote whole."""
+    from decimal import Decimal
+
+    from pyspark.sql import functions as F
+
+    from ingest.lake.maintenance import compact
+    from ingest.lake.merge import ordered_merge
+
+    path = str(tmp_path / "silver")
+    base = spark.createDataFrame([(k, f"{k:x}" * 6, Decimal(10), False) for k in range(4000)],
+                                 "id int, v string, _pos decimal(38,0), _deleted boolean")
+    ordered_merge(spark, path, base, ["id"], {"kind": "silver"}, Txn("s", 0), file_rows=1000)
+    for i in range(3):  # three small batches at new keys: small files
+        batch = spark.createDataFrame([(5000 + 10 * i + k, "y", Decimal(20 + i), False) for k in range(10)],
+                                      "id int, v string, _pos decimal(38,0), _deleted boolean")
+        ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", 1 + i), expected_rows=10)
+
+    def files():
+        return {(r["lo"], r["hi"]): (r["rows"], r["size"]) for r in
+                spark.read.format("delta").load(path).groupBy("_metadata.file_path", "_metadata.file_size")
+                .agg(F.min("id").alias("lo"), F.max("id").alias("hi"), F.count(F.lit(1)).alias("rows"))
+                .withColumnRenamed("file_size", "size").collect()}
+
+    held = files()
+    small = {r: v for r, v in held.items() if v[0] <= 10}
+    large = {r: v for r, v in held.items() if v[0] > 10}
+    assert len(small) >= 3 and large, held
+    assert max(v[1] for v in small.values()) < min(v[1] for v in large.values()), held
+    before = spark.conf.get("spark.databricks.delta.optimize.maxFileSize")
+
+    # sizes between the two kinds, as the job's 1 and 32 MiB are at a real table's sizes
+    compact(spark, path, below=min(v[1] for v in large.values()), up_to=max(v[1] for v in large.values()))
+    after = files()
+    assert {r: v[0] for r, v in after.items() if r in large} == {r: v[0] for r, v in large.items()}, after
+    assert len(after) == len(large) + 1, after  # silver's key-range files as they were; the small ones in one
+    assert sum(v[0] for v in after.values()) == 4030
+    assert spark.conf.get("spark.databricks.delta.optimize.maxFileSize") == before  # the session as it was

@@ -91,3 +91,35 @@ def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and
         assert names_keys(merge.predicate, "id") == deletion_vectors, merge.predicate
         assert not names_keys(merge.predicate, "name"), merge.predicate
         assert (int(merge.metrics["numTargetDeletionVectorsAdded"]) > 0) == deletion_vectors
+
+
+def file_key_ranges(spark, path: str) -> list[tuple[int, int]]:
+    """Each data file's smallest and largest `id`, in key order."""
+    from pyspark.sql import functions as F
+
+    ranges = (spark.read.format("delta").load(path).groupBy(F.col("_metadata.file_path"))
+              .agg(F.min("id").alias("lo"), F.max("id").alias("hi")).collect())
+    return sorted((r["lo"], r["hi"]) for r in ranges)
+
+
+def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_only_their_files(spark, tmp_path):
+    import random
+
+    keys = list(range(3000))
+    random.Random(7).shuffle(keys)  # the snapshot's rows in no key order
+    path = str(tmp_path / "silver")
+    base = spark.createDataFrame([(k, "old", Decimal(10), False) for k in keys], SCHEMA)
+    ordered_merge(spark, path, base, ["id"], {"kind": "silver"}, Txn("c", 0), file_rows=500)
+    ranges = file_key_ranges(spark, path)
+    assert len(ranges) >= 6, ranges  # files of at most 500 rows
+    assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:])), f"files overlap in keys: {ranges}"
+
+    # a batch at the newest keys, as recent rows change: updates and inserts
+    batch = [(k, "new", Decimal(20), False) for k in range(2950, 3010)]
+    ordered_merge(spark, path, spark.createDataFrame(batch, SCHEMA), ["id"], {"kind": "silver"}, Txn("c", 1),
+                  expected_rows=len(batch))
+    merge = last_commit(spark, path)
+    assert int(merge.metrics["numTargetFilesRemoved"]) == sum(1 for lo, hi in ranges if hi >= 2950), \
+        (merge.metrics, ranges)  # only the files the batch's keys fall in
+    got = {r["id"]: r["v"] for r in spark.read.format("delta").load(path).collect()}
+    assert got == {k: "new" if k >= 2950 else "old" for k in range(3010)}
