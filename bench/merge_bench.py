@@ -72,7 +72,7 @@ def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
     for label, dv, recent in (("merge_scaling", False, False), ("merge_scaling_deletion_vectors", True, False),
                               ("merge_recent_keys", False, True)):
         seconds, files = {}, {}
-        for rows in (small, big):
+        for rows in (small, big):  # a silver made afresh each time: random keys leave every file spanning them all
             path = str(work / f"merge-{rows}-{'dv' if dv else 'cow'}")
             log(f"{label}: writing silver of {rows:,} rows{' with deletion vectors' if dv else ''}")
             _silver(spark, path, rows, dv)

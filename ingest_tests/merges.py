@@ -1,4 +1,4 @@
-"""What a silver table's newest commit says of its MERGE, from Delta's history (as Spark writes it)."""
+"""What a silver table's newest commit says of its MERGE, from Delta's history (as Spark writes it), and its files."""
 
 from __future__ import annotations
 
@@ -20,6 +20,17 @@ def last_commit(spark, path: str) -> LastCommit:
     enabled = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}` ('delta.enableDeletionVectors')").first()["value"]
     return LastCommit(row["operation"], (row["operationParameters"] or {}).get("predicate", ""),
                       row["operationMetrics"] or {}, enabled == "true")
+
+
+def file_layout(spark, path: str) -> list[dict]:
+    """Each data file of the Delta table at `path`: its smallest and largest `id` (`lo`, `hi`), its rows and
+    its size in bytes, in key order."""
+    from pyspark.sql import functions as F
+
+    files = (spark.read.format("delta").load(path).groupBy("_metadata.file_path", "_metadata.file_size")
+             .agg(F.min("id").alias("lo"), F.max("id").alias("hi"), F.count(F.lit(1)).alias("rows")).collect())
+    return sorted(({"lo": r["lo"], "hi": r["hi"], "rows": r["rows"], "size": r["file_size"]} for r in files),
+                  key=lambda f: f["lo"])
 
 
 def names_keys(predicate: str, column: str) -> bool:

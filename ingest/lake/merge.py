@@ -104,7 +104,7 @@ def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | Non
 
 
 def has_deletion_vectors(spark, path: str) -> bool:
-    """Whether the table writes deletion vectors (a per-table opt-in: delta-rs cannot read them)."""
+    """Whether the table writes deletion vectors (a per-table opt-in: not every Delta reader applies them)."""
     rows = spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)} ('{DELETION_VECTORS}')").collect()
     return bool(rows) and str(rows[0]["value"]).lower() == "true"
 

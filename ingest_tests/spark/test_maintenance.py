@@ -144,10 +144,9 @@ def test_compaction_keeps_silvers_key_range_files_apart_and_joins_the_small_ones
     """OPTIMIZE with Delta's defaults made a 10M-row silver one file, which every batch rewrote whole."""
     from decimal import Decimal
 
-    from pyspark.sql import functions as F
-
     from ingest.lake.maintenance import compact
     from ingest.lake.merge import ordered_merge
+    from ingest_tests.merges import file_layout
 
     path = str(tmp_path / "silver")
     base = spark.createDataFrame([(k, f"{k:x}" * 6, Decimal(10), False) for k in range(4000)],
@@ -159,10 +158,7 @@ def test_compaction_keeps_silvers_key_range_files_apart_and_joins_the_small_ones
         ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", 1 + i), expected_rows=10)
 
     def files():
-        return {(r["lo"], r["hi"]): (r["rows"], r["size"]) for r in
-                spark.read.format("delta").load(path).groupBy("_metadata.file_path", "_metadata.file_size")
-                .agg(F.min("id").alias("lo"), F.max("id").alias("hi"), F.count(F.lit(1)).alias("rows"))
-                .withColumnRenamed("file_size", "size").collect()}
+        return {(f["lo"], f["hi"]): (f["rows"], f["size"]) for f in file_layout(spark, path)}
 
     held = files()
     small = {r: v for r, v in held.items() if v[0] <= 10}

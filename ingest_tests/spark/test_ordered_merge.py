@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest.lake.commits import Txn
 from ingest.lake.merge import live_rows, ordered_merge
-from ingest_tests.merges import last_commit, names_keys
+from ingest_tests.merges import file_layout, last_commit, names_keys
 
 SCHEMA = "id int, v string, _pos decimal(38,0), _deleted boolean"
 
@@ -93,15 +93,6 @@ def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and
         assert (int(merge.metrics["numTargetDeletionVectorsAdded"]) > 0) == deletion_vectors
 
 
-def file_key_ranges(spark, path: str) -> list[tuple[int, int]]:
-    """Each data file's smallest and largest `id`, in key order."""
-    from pyspark.sql import functions as F
-
-    ranges = (spark.read.format("delta").load(path).groupBy(F.col("_metadata.file_path"))
-              .agg(F.min("id").alias("lo"), F.max("id").alias("hi")).collect())
-    return sorted((r["lo"], r["hi"]) for r in ranges)
-
-
 def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_only_their_files(spark, tmp_path):
     import random
 
@@ -110,7 +101,7 @@ def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_o
     path = str(tmp_path / "silver")
     base = spark.createDataFrame([(k, "old", Decimal(10), False) for k in keys], SCHEMA)
     ordered_merge(spark, path, base, ["id"], {"kind": "silver"}, Txn("c", 0), file_rows=500)
-    ranges = file_key_ranges(spark, path)
+    ranges = [(f["lo"], f["hi"]) for f in file_layout(spark, path)]
     assert len(ranges) >= 6, ranges  # files of at most 500 rows
     assert all(hi < lo for (_, hi), (lo, _) in zip(ranges, ranges[1:])), f"files overlap in keys: {ranges}"
 
