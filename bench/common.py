@@ -136,8 +136,25 @@ def jvm_live_heap_bytes(pid: int) -> int | None:
     return int(used.group(1)) * 1024 if used else None
 
 
+# kcmp(2)'s number per machine, and its KCMP_VM: "do these two processes share one address space?"
+_SYS_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+_KCMP_VM = 1
+
+
+def shares_memory(pid: int, other: int) -> bool:
+    """Whether two processes share one address space. A child made by vfork or posix_spawn does until it
+    execs (the JVM starts its commands that way), and /proc shows it with every resident page of its
+    parent: a tree's sum would count the JVM twice. False where kcmp is not there to ask."""
+    if _SYS_KCMP is None:
+        return False
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True).syscall(_SYS_KCMP, pid, other, _KCMP_VM, 0, 0) == 0
+
+
 def tree_rss_bytes(root: int) -> int:
-    """The resident memory of a process and all its descendants (driver, JVM, Python workers)."""
+    """The resident memory of a process and all its descendants (driver, JVM, Python workers), each
+    address space once: a child that still shares its parent's (about to exec a command) adds nothing."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -153,11 +170,14 @@ def tree_rss_bytes(root: int) -> int:
         pid = int(entry.name)
         children.setdefault(ppid, []).append(pid)
         rss[pid] = pages * page
-    total, todo = 0, [root]
+    total = rss.get(root, 0)
+    todo = [root]
     while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
+        parent = todo.pop()
+        for pid in children.get(parent, []):
+            if not shares_memory(pid, parent):
+                total += rss.get(pid, 0)
+            todo.append(pid)
     return total
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import PeakRss, Result, tree_rss_bytes
+from bench.common import PeakRss, Result, shares_memory, tree_rss_bytes
 
 
 def test_a_line_names_ours_the_baseline_and_the_ratio_and_judges_the_target():
@@ -44,3 +44,28 @@ def test_peak_rss_counts_a_child_process_that_holds_memory():
         child.stdin.close()
         child.wait()
     assert rss.peak - tree_rss_bytes(os.getpid()) > 150 * 2**20
+
+
+def test_a_child_sharing_its_parents_memory_is_not_counted_twice():
+    # A child made by vfork or posix_spawn shares its parent's address space until it execs, and /proc
+    # shows it with every resident page of the parent: the Spark server's JVM starts commands so, and a
+    # sample taken then counted the JVM twice. Made here with clone(CLONE_VM): the child runs libc's
+    # sleep(1) on a stack of its own and touches nothing of Python's.
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    held = b"x" * (200 * 2**20)  # noqa: F841 (resident while the child lives)
+    before = tree_rss_bytes(os.getpid())
+    stack = ctypes.create_string_buffer(256 * 1024)
+    top = ctypes.c_void_p(ctypes.addressof(stack) + len(stack) - 256)
+    libc.clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    clone_vm = 0x100
+    pid = libc.clone(ctypes.cast(libc.sleep, ctypes.c_void_p), top, clone_vm | signal.SIGCHLD, ctypes.c_void_p(1))
+    assert pid > 0, os.strerror(ctypes.get_errno())
+    try:
+        assert shares_memory(pid, os.getpid())
+        with_child = tree_rss_bytes(os.getpid())
+    finally:
+        os.waitpid(pid, 0)
+    assert with_child - before < 50 * 2**20, (before, with_child)
