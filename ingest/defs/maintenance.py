@@ -52,11 +52,14 @@ def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
             "tables": len(present),
             "files_before": sum(d["files_before"] for d in present),
             "files_after": sum(d["files_after"] for d in present),
-            "per_table": MetadataValue.json({d["path"]: {k: d[k] for k in ("files_before", "files_after")}
+            "reclustered": sum(d["reclustered"] for d in present),
+            "per_table": MetadataValue.json({d["path"]: {k: d[k] for k in ("files_before", "files_after",
+                                                                            "reclustered")}
                                              for d in present}),
         })
 
-    @job(name=JOB, description="OPTIMIZE and VACUUM every lake table, and set its retention properties.")
+    @job(name=JOB, description="OPTIMIZE and VACUUM every lake table, re-cluster silver tables whose files' key "
+                               "ranges overlap, and set retention properties.")
     def maintenance_job():
         maintain_tables()
 

@@ -9,7 +9,9 @@ maintenance job, on a schedule, runs for each lake table:
    `delta.logRetentionDuration` keeps the log, and with it our commit metadata, at least as long;
    `delta.deletedFileRetentionDuration` is what VACUUM keeps;
 2. OPTIMIZE (bin-packing compaction): files under 1 MiB become files of up to 32 MiB (`compact`);
-3. VACUUM with the retention the user sets.
+3. for a table merged by key (silver), OPTIMIZE ZORDER BY its first key when its files are out of key
+   order (`recluster`);
+4. VACUUM with the retention the user sets.
 
 A write that loses a commit race to OPTIMIZE is retried by the writer (see lake/write.py), and
 OPTIMIZE is retried the same way.
@@ -17,7 +19,7 @@ OPTIMIZE is retried the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,16 @@ DELTA_SAFE_RETAIN_HOURS = 168
 # them apart. What it joins are a sensor batch's small appends and merges (kilobytes each).
 COMPACT_BELOW = 2**20
 COMPACT_UP_TO = 32 * 2**20
+
+# Silver is put back in key order when a batch of one key would rewrite, on average, more than this many
+# of silver's files (merge.SILVER_FILE_ROWS rows each). A merge that inserts rows writes its output in the
+# hash order of its join (a full outer join, shuffled by key), so one batch at random keys leaves every
+# file it rewrote spanning the whole key range: a 10M-row silver of 12 key-range files became 4 such
+# files, and every later batch, even one at the newest keys, then rewrote all 10M rows. A table laid out
+# before silver's key-range files (one file, or files in hash order) is put in order the same way.
+RECLUSTER_FILES = 2
+# Keys drawn from the table to measure that (each checked against every file's key range).
+SAMPLE_KEYS = 5_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,8 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
         log(f"{path}: set {', '.join(changed)}")
     before = files()
     compact(spark, path)
+    keys = merge_keys(path)
+    reclustered = bool(keys) and recluster(spark, path, keys[0], log)
     compacted = files()
     unsafe = retention.vacuum_hours < DELTA_SAFE_RETAIN_HOURS
     check = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -86,7 +100,7 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
             spark.conf.unset(check)
     log(f"{path}: {before} files, {compacted} after OPTIMIZE; VACUUM kept {retention.vacuum_hours} h")
     return {"path": path, "exists": True, "files_before": before, "files_after": compacted,
-            "properties_set": sorted(changed)}
+            "reclustered": reclustered, "properties_set": sorted(changed)}
 
 
 def compact(spark, path: str, below: int = COMPACT_BELOW, up_to: int = COMPACT_UP_TO) -> None:
@@ -104,3 +118,82 @@ def compact(spark, path: str, below: int = COMPACT_BELOW, up_to: int = COMPACT_U
     finally:
         for key in sizes:
             spark.conf.unset(key)
+
+
+def merge_keys(path: str) -> list[str] | None:
+    """The key columns the table's newest commit of ours merged by (None: not a merged table, or its
+    newest merge predates commits naming them)."""
+    from ingest.lake.deltalog import our_commits
+    from ingest.lake.merge import MERGE_KEYS
+
+    newest = next(our_commits(path), None)  # only the newest: a bronze log holds a commit per batch
+    return newest.metadata.get(MERGE_KEYS) if newest else None
+
+
+def rows_rewritten_per_key(ranges: Iterable[tuple[Any, Any, int]], sample: Iterable[Any]) -> float:
+    """How many rows a copy-on-write merge of one key rewrites, on average over the keys in `sample`
+    (pure): the rows of every file whose key range [lo, hi] holds the key. In key order that is one
+    file's rows (two where neighbours share a key at their ends, as Delta's ZORDER leaves them); in a
+    merge's hash order, the rows of every file it wrote. `ranges`: each file's (lo, hi, rows)."""
+    from bisect import bisect_right
+
+    files = sorted((lo, hi, rows) for lo, hi, rows in ranges if rows > 0 and lo is not None)
+    keys = [k for k in sample if k is not None]
+    if not files or not keys:
+        return 0.0
+    starts = [lo for lo, _, _ in files]
+    return sum(sum(rows for _, hi, rows in files[:bisect_right(starts, k)] if hi >= k) for k in keys) / len(keys)
+
+
+def key_ranges(spark, path: str, key: str) -> list[tuple[Any, Any, int]]:
+    """Each data file's smallest and largest `key` and its rows (reads the key column alone)."""
+    from ingest.lake.merge import delta_path
+    from ingest.lake.tables import spark_ident
+
+    k = spark_ident(key)
+    rows = spark.sql(f"SELECT min({k}) AS lo, max({k}) AS hi, count(*) AS n FROM {delta_path(path)} "
+                     "GROUP BY _metadata.file_path").collect()
+    return [(r["lo"], r["hi"], r["n"]) for r in rows]
+
+
+def key_sample(spark, path: str, key: str, rows: int, size: int = SAMPLE_KEYS) -> list[Any]:
+    """About `size` of the table's `key` values, drawn at random (all of them in a smaller table)."""
+    from ingest.lake.merge import delta_path
+    from ingest.lake.tables import spark_ident
+
+    percent = min(100.0, 100.0 * size / max(rows, 1))
+    sample = f" TABLESAMPLE ({percent:.6f} PERCENT)" if percent < 100 else ""
+    return [r[0] for r in spark.sql(f"SELECT {spark_ident(key)} FROM {delta_path(path)}{sample}").collect()]
+
+
+def recluster(spark, path: str, key: str, log: Callable[[str], None], rows_per_file: int | None = None) -> bool:
+    """Put the table at `path` back in `key` order when a batch of one key rewrites more than RECLUSTER_FILES
+    files' worth of rows (`rows_rewritten_per_key`, over a sample of the table's keys):
+    OPTIMIZE ZORDER BY the key, which for one column range-partitions the rows by it, into files of
+    about `rows_per_file` rows (merge.SILVER_FILE_ROWS). Whether it did. A composite key's first column
+    orders it: rows of one first value stay together."""
+    from ingest.lake.merge import SILVER_FILE_ROWS, delta_path
+    from ingest.lake.tables import spark_ident
+    from ingest.lake.write import retry_conflicts
+
+    rows_per_file = rows_per_file or SILVER_FILE_ROWS
+    ranges = key_ranges(spark, path, key)
+    rows = sum(n for *_, n in ranges)
+    rewritten = rows_rewritten_per_key(ranges, key_sample(spark, path, key, rows))
+    if rewritten <= RECLUSTER_FILES * rows_per_file:
+        return False
+    size = int(spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first()["sizeInBytes"])
+    settings = {"spark.databricks.delta.optimize.maxFileSize": str(max(1, size * rows_per_file // rows)),
+                # the key's order is the point even where Delta keeps no statistics on it (past column 32)
+                "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled": "false"}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        retry_conflicts(lambda: spark.sql(f"OPTIMIZE {delta_path(path)} ZORDER BY ({spark_ident(key)})").collect(),
+                        f"{path}: OPTIMIZE ZORDER BY {key}")
+    finally:
+        for name in settings:
+            spark.conf.unset(name)
+    log(f"{path}: a batch of one {key} would rewrite {rewritten:,.0f} of {rows:,} rows on average; "
+        f"re-clustered by {key}")
+    return True

@@ -27,6 +27,9 @@ NARROW_MAX_KEYS = 10_000
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
 DELETION_VECTORS = "delta.enableDeletionVectors"
+# Every ordered merge's commit names the columns it merges by (lake names, in key order): the maintenance
+# job re-clusters silver by them (lake/maintenance.py `recluster`) without asking the source.
+MERGE_KEYS = "merge_keys"
 
 
 @dataclass(frozen=True)
@@ -147,13 +150,16 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     1,000 updates at the newest keys of 10M rows took 1.6-2.1 s, against
     7.7-10.4 s when every file held keys from the whole range (the window's
     hash order, or one file after compaction). Random keys still touch every
-    file.
+    file, and a merge with inserts writes its output in its join's hash order:
+    the maintenance job puts such a table back in key order (`recluster`). The
+    commit names the keys (`MERGE_KEYS`) for it.
     """
     from pyspark.sql import functions as F
 
     from ingest.lake.deltalog import is_delta_table
 
     changes, keys = lake_columns(changes), [lake_name(k) for k in keys]
+    metadata = {**metadata, MERGE_KEYS: keys}
     if not is_delta_table(path):
         rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
         return append(rows, path, metadata, txn, properties={DELETION_VECTORS: "true"} if deletion_vectors else None,

@@ -174,3 +174,53 @@ def test_compaction_keeps_silvers_key_range_files_apart_and_joins_the_small_ones
     assert len(after) == len(large) + 1, after  # silver's key-range files as they were; the small ones in one
     assert sum(v[0] for v in after.values()) == 4030
     assert spark.conf.get("spark.databricks.delta.optimize.maxFileSize") == before  # the session as it was
+
+
+def test_maintenance_puts_silver_back_in_key_order_after_a_batch_at_random_keys(spark, tmp_path, monkeypatch):
+    """A merge with inserts writes in its join's hash order: a batch at scattered keys left a file spanning
+    the whole key range, which every later batch, even one at the newest keys, then rewrote."""
+    from decimal import Decimal
+
+    from ingest.lake import merge
+    from ingest.lake.maintenance import Retention, key_ranges, key_sample, maintain, recluster, rows_rewritten_per_key
+    from ingest.lake.merge import ordered_merge
+    from ingest_tests.merges import last_commit
+
+    path = str(tmp_path / "silver")
+    columns = "id int, v string, _pos decimal(38,0), _deleted boolean"
+    # rows of 4 KB of hex (about 2 KB in a file), so that files pass compaction's 1 MiB and stay apart
+    wide = "concat_ws('', transform(sequence(1, 32), i -> sha2(concat(id, '-', i), 512)))"
+    base = spark.range(4000).selectExpr("CAST(id AS INT) AS id", f"{wide} AS v", "CAST(10 AS DECIMAL(38,0)) AS _pos",
+                                        "false AS _deleted")
+    ordered_merge(spark, path, base, ["id"], {"kind": "silver"}, Txn("s", 0), file_rows=1000)
+
+    def scatter(version: int) -> None:  # updates across the key range and one new row
+        batch = spark.createDataFrame([(k, "u", Decimal(20 + version), False) for k in range(7, 4000, 97)]
+                                      + [(9000 + version, "new", Decimal(20 + version), False)], columns)
+        ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", version), expected_rows=43)
+
+    def rewritten() -> float:  # by a batch of one key, on average over every key
+        return rows_rewritten_per_key(key_ranges(spark, path, "id"), key_sample(spark, path, "id", 1, size=1))
+
+    def content() -> tuple:
+        return tuple(spark.sql(f"SELECT count(*), sum(hash(*)) FROM delta.`{path}`").first())
+
+    assert rewritten() < 1100  # about one file of 1,000 rows
+    scatter(1)
+    assert rewritten() > 3000, key_ranges(spark, path, "id")  # nearly every row, whatever the key
+    held, logged = content(), []
+    assert recluster(spark, path, "id", logged.append, rows_per_file=1000)
+    assert rewritten() < 1100 and len(key_ranges(spark, path, "id")) >= 3, key_ranges(spark, path, "id")
+    assert content() == held and "re-clustered by id" in logged[-1]
+    # the point: a batch at the newest keys rewrites only the files they fall in again
+    newest = spark.createDataFrame([(k, "n", Decimal(40), False) for k in range(3990, 4000)], columns)
+    ordered_merge(spark, path, newest, ["id"], {"kind": "silver"}, Txn("s", 2), expected_rows=10)
+    assert int(last_commit(spark, path).metrics["numTargetFilesRemoved"]) <= 2
+
+    # the maintenance job finds the keys in the merges' commits, and leaves a table in key order alone
+    monkeypatch.setattr(merge, "SILVER_FILE_ROWS", 1000)  # silver's file size at this table's scale
+    scatter(3)
+    held = content()
+    done = maintain(spark, path, Retention(), logged.append)
+    assert done["reclustered"] and content() == held and rewritten() < 1100
+    assert not maintain(spark, path, Retention(), logged.append)["reclustered"]
