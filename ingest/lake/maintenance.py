@@ -179,6 +179,8 @@ def recluster(spark, path: str, key: str, log: Callable[[str], None], rows_per_f
     rows_per_file = rows_per_file or SILVER_FILE_ROWS
     ranges = key_ranges(spark, path, key)
     rows = sum(n for *_, n in ranges)
+    if rows <= RECLUSTER_FILES * rows_per_file:
+        return False  # no batch into it can rewrite more than that: no need to sample its keys
     rewritten = rows_rewritten_per_key(ranges, key_sample(spark, path, key, rows))
     if rewritten <= RECLUSTER_FILES * rows_per_file:
         return False
