@@ -58,8 +58,8 @@ def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
                                              for d in present}),
         })
 
-    @job(name=JOB, description="OPTIMIZE and VACUUM every lake table, re-cluster silver tables whose files' key "
-                               "ranges overlap, and set retention properties.")
+    @job(name=JOB, description="OPTIMIZE and VACUUM every lake table, re-cluster silver tables whose files are out "
+                               "of key order, and set retention properties.")
     def maintenance_job():
         maintain_tables()
 

@@ -199,8 +199,9 @@ def test_maintenance_puts_silver_back_in_key_order_after_a_batch_at_random_keys(
                                       + [(9000 + version, "new", Decimal(20 + version), False)], columns)
         ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", version), expected_rows=43)
 
-    def rewritten() -> float:  # by a batch of one key, on average over every key
-        return rows_rewritten_per_key(key_ranges(spark, path, "id"), key_sample(spark, path, "id", 1, size=1))
+    def rewritten() -> float:  # by a batch of one key, on average over every key (a sample as large as the table)
+        every_key = key_sample(spark, path, "id", rows=1, size=1)
+        return rows_rewritten_per_key(key_ranges(spark, path, "id"), every_key)
 
     def content() -> tuple:
         return tuple(spark.sql(f"SELECT count(*), sum(hash(*)) FROM delta.`{path}`").first())
