@@ -35,6 +35,25 @@ from pathlib import Path
 from ingest.localdev.processes import alive
 from ingest.paths import local_dir
 
+DRIVER_MEMORY = "2g"
+
+# The server's heap is sized by these settings, not by how long it has been busy. G1's defaults size
+# the young generation, and grow the heap, to the allocation rate, which follows the rows a run reads:
+# a 10M-row snapshot left the JVM 30-60 % larger than a 1M-row one, while what it held at the end was
+# the same (about 90 MiB after a full GC). Measured on that snapshot (bench/README, "Snapshot memory"):
+# - the whole heap reserved at start (-Xms), so the young generation stays in the same regions;
+# - a fixed young generation of 384 MiB, survivors of a quarter of it, kept 90 % full: a row group's
+#   pages (16 MiB of Parquet buffers a writer holds for a second or two) die young;
+# - 4 MiB regions: Parquet's and zstd's 1 MiB buffers are ordinary objects, not humongous ones;
+# - objects promoted after 4 collections, and old-generation marking from 5 % of the heap: what a
+#   short run keeps in its survivors (the JVM's start-up state) reaches the old generation early, and
+#   promoted garbage is reclaimed before it spreads over new regions.
+HEAP_OPTIONS = (
+    f"-Xms{DRIVER_MEMORY}", "-Xmn384m", "-XX:SurvivorRatio=4", "-XX:TargetSurvivorRatio=90",
+    "-XX:G1HeapRegionSize=4m", "-XX:MaxTenuringThreshold=4", "-XX:-G1UseAdaptiveIHOP",
+    "-XX:InitiatingHeapOccupancyPercent=5",
+)
+
 # Why each default: UTC so TIMESTAMP values mean the same instant on every machine (DESIGN
 # principle 5); few shuffle partitions because change batches are small and 200 empty tasks
 # cost seconds; Arrow for Python <-> JVM transfer; the UI off (a port nobody reads).
@@ -45,7 +64,12 @@ SERVER_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
-    "spark.driver.memory": "2g",
+    "spark.driver.memory": DRIVER_MEMORY,
+    "spark.driver.extraJavaOptions": " ".join(HEAP_OPTIONS),
+    # Spark's memory pages (sorts, aggregations) are sized from the heap: 32 MiB here, each one a
+    # humongous object to G1. Delta sorts a table's log in them every time it rebuilds a snapshot's
+    # state (after each commit), a few KB of actions in two fresh 32 MiB pages.
+    "spark.buffer.pageSize": "4m",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.databricks.delta.snapshotPartitions": "2",

@@ -67,7 +67,7 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
     """Retention properties, OPTIMIZE and VACUUM on the Delta table at `path`; what each did."""
     from ingest.lake.deltalog import is_delta_table
     from ingest.lake.merge import delta_path
-    from ingest.lake.write import retry_conflicts
+    from ingest.lake.write import retry_conflicts, session_conf
 
     if not is_delta_table(path):
         return {"path": path, "exists": False}
@@ -90,14 +90,10 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
     reclustered = bool(keys) and recluster(spark, path, keys[0], log)
     compacted = files()
     unsafe = retention.vacuum_hours < DELTA_SAFE_RETAIN_HOURS
-    check = "spark.databricks.delta.retentionDurationCheck.enabled"
-    if unsafe:  # the user asked for it (sources.yaml): Delta's own guard would refuse
-        spark.conf.set(check, "false")
-    try:
+    # where the user asked for it (sources.yaml), past Delta's own guard, which would refuse
+    guard = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"} if unsafe else {}
+    with session_conf(spark, guard):
         spark.sql(f"VACUUM {table} RETAIN {retention.vacuum_hours} HOURS").collect()
-    finally:
-        if unsafe:
-            spark.conf.unset(check)
     log(f"{path}: {before} files, {compacted} after OPTIMIZE; VACUUM kept {retention.vacuum_hours} h")
     return {"path": path, "exists": True, "files_before": before, "files_after": compacted,
             "reclustered": reclustered, "properties_set": sorted(changed)}
@@ -107,17 +103,12 @@ def compact(spark, path: str, below: int = COMPACT_BELOW, up_to: int = COMPACT_U
     """OPTIMIZE the Delta table at `path`: its files under `below` bytes become files of at most `up_to`
     (session settings for this command only: the session may be a leased one that others reuse)."""
     from ingest.lake.merge import delta_path
-    from ingest.lake.write import retry_conflicts
+    from ingest.lake.write import retry_conflicts, session_conf
 
     sizes = {"spark.databricks.delta.optimize.minFileSize": str(below),
              "spark.databricks.delta.optimize.maxFileSize": str(up_to)}
-    for key, value in sizes.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, sizes):
         retry_conflicts(lambda: spark.sql(f"OPTIMIZE {delta_path(path)}").collect(), f"{path}: OPTIMIZE")
-    finally:
-        for key in sizes:
-            spark.conf.unset(key)
 
 
 def merge_keys(path: str) -> list[str] | None:
@@ -174,7 +165,7 @@ def recluster(spark, path: str, key: str, log: Callable[[str], None], rows_per_f
     orders it: rows of one first value stay together."""
     from ingest.lake.merge import SILVER_FILE_ROWS, delta_path
     from ingest.lake.tables import spark_ident
-    from ingest.lake.write import retry_conflicts
+    from ingest.lake.write import retry_conflicts, session_conf
 
     rows_per_file = rows_per_file or SILVER_FILE_ROWS
     ranges = key_ranges(spark, path, key)
@@ -188,14 +179,9 @@ def recluster(spark, path: str, key: str, log: Callable[[str], None], rows_per_f
     settings = {"spark.databricks.delta.optimize.maxFileSize": str(max(1, size * rows_per_file // rows)),
                 # the key's order is the point even where Delta keeps no statistics on it (past column 32)
                 "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled": "false"}
-    for name, value in settings.items():
-        spark.conf.set(name, value)
-    try:
+    with session_conf(spark, settings):
         retry_conflicts(lambda: spark.sql(f"OPTIMIZE {delta_path(path)} ZORDER BY ({spark_ident(key)})").collect(),
                         f"{path}: OPTIMIZE ZORDER BY {key}")
-    finally:
-        for name in settings:
-            spark.conf.unset(name)
     log(f"{path}: a batch of one {key} would rewrite {rewritten:,.0f} of {rows:,} rows on average; "
         f"re-clustered by {key}")
     return True

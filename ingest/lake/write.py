@@ -14,9 +14,10 @@ from ingest.retry import retrying
 
 T = TypeVar("T")
 
-# txnAppId / txnVersion / userMetadata for MERGE go through session confs, which
-# every thread of the session shares: one commit at a time per process.
-_SESSION_CONF_LOCK = threading.Lock()
+# Settings for one command (txnAppId / txnVersion / userMetadata for MERGE, OPTIMIZE's file sizes,
+# a write's row groups) go through session confs, which every thread of the session shares: one such
+# command at a time per process (re-entrant: a command may set more within another's settings).
+_SESSION_CONF_LOCK = threading.RLock()
 
 _TXN_CONFS = (
     "spark.databricks.delta.write.txnAppId",
@@ -72,16 +73,22 @@ class WriteOutcome:
 
 
 @contextmanager
-def session_txn(spark, metadata: dict[str, Any], txn: Txn) -> Iterator[None]:
-    values = (txn.app_id, str(txn.version), encode_user_metadata(metadata, txn))
+def session_conf(spark, settings: dict[str, str]) -> Iterator[None]:
+    """`settings` on the session for one command, unset after: the session may be a leased one that
+    later runs reuse, and its threads share it (one such command at a time per process)."""
     with _SESSION_CONF_LOCK:
-        for key, value in zip(_TXN_CONFS, values):
+        for key, value in settings.items():
             spark.conf.set(key, value)
         try:
             yield
         finally:
-            for key in _TXN_CONFS:
+            for key in settings:
                 spark.conf.unset(key)
+
+
+def session_txn(spark, metadata: dict[str, Any], txn: Txn):
+    return session_conf(spark, dict(zip(_TXN_CONFS, (txn.app_id, str(txn.version),
+                                                      encode_user_metadata(metadata, txn)))))
 
 
 def lake_columns(df):
@@ -147,13 +154,16 @@ def _drop_other_stats_columns(df, path: str, properties: dict[str, str]) -> None
 
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
            overwrite_schema: bool = False, merge_schema: bool = False,
-           properties: dict[str, str] | None = None, max_rows_per_file: int | None = None) -> WriteOutcome:
+           properties: dict[str, str] | None = None, max_rows_per_file: int | None = None,
+           row_group_bytes: int | None = None) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
     Safe to repeat: a second call with the same txn adds nothing. With `merge_schema` the
     table gains `df`'s new columns, and its columns widen where `df`'s types are wider.
     `properties`: table properties for a table this write creates (an existing table keeps its own).
     `max_rows_per_file`: a task starts a new file after this many rows.
+    `row_group_bytes`: Parquet row groups of this size instead of the server's (a writer holds a row
+    group's pages in memory until it is full).
     """
     df = lake_columns(df)
     if merge_schema and table_version(path) is not None:
@@ -176,5 +186,9 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
         writer = writer.option(key, value)
     if max_rows_per_file:
         writer = writer.option("maxRecordsPerFile", str(max_rows_per_file))
-    writer.save(path)
+    if row_group_bytes:  # Spark hands a session's Hadoop-style keys to the file writers
+        with session_conf(df.sparkSession, {"parquet.block.size": str(row_group_bytes)}):
+            writer.save(path)
+    else:
+        writer.save(path)
     return WriteOutcome.after(path, before)
