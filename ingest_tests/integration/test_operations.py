@@ -225,7 +225,8 @@ def test_browser_launches_a_silver_materialization_from_the_asset_graph(shop, sp
     # Every batch is merged already; silver's run for them now also merges the new snapshot that
     # test_resnapshot_... took, which repairs the row damaged there.
     before = _newest_run(shop, None)
-    with chromium(2200, 1600) as browser:
+    # tall enough for the graph's four tables, each drawn below the last with its bronze and snapshot
+    with chromium(2200, 3000) as browser:
         browser.get(f"{shop.url}/locations/ingest/asset-groups/{SOURCE}/lineage")
         browser.wait_text("snapshot")
         browser.dismiss("Skip")  # Dagster's first-visit "join the community" pop-up
