@@ -466,7 +466,11 @@ class SensorRecoveryHarness(KillHarness):
         trial.run_id = run_id
         marker, delay = self._sensor_kill_point(point)
         trial.point = f"{point} +{delay:.2f}s"
-        trial.killed = self._kill_when(run_id, marker, delay, cancel=point == "cancel", reboot=point == "reboot")
+        # mid_silver: at the latest when silver's merge is committed, before the batch log's commit (a kill
+        # after that leaves nothing to recover, and a merge can be quicker than the last runs' were)
+        merged = re.compile(rf"silver src/{TABLE}: merged batch") if point == "mid_silver" else None
+        trial.killed = self._kill_when(run_id, marker, delay, cancel=point == "cancel", reboot=point == "reboot",
+                                       at_latest=merged)
         self._wait(lambda: self._converged(head), 600, "the sensor to bring the batch log to the binlog head")
         trial.recovered_by = next((r.dagster_run.run_id for r in self._runs()
                                    if r.dagster_run.run_id != run_id and r.dagster_run.status.value == "SUCCESS"
@@ -518,16 +522,19 @@ class SensorRecoveryHarness(KillHarness):
         return statistics.median(spans) if spans else None
 
     def _kill_when(self, run_id: str, marker: re.Pattern | None, delay: float, cancel: bool,
-                   reboot: bool = False) -> bool:
-        """Wait for the marker in the run's event log, then SIGKILL (or SIGSTOP and cancel) its worker;
-        with `reboot`, the code server that started the worker too (and everything below it)."""
+                   reboot: bool = False, at_latest: re.Pattern | None = None) -> bool:
+        """Wait for the marker in the run's event log, then `delay` seconds or until `at_latest` shows up
+        there, then SIGKILL (or SIGSTOP and cancel) its worker; with `reboot`, the code server that started
+        the worker too (and everything below it)."""
         pid = self._wait(lambda: self._worker_pid(run_id), 120, f"run {run_id}'s process")
         deadline = time.monotonic() + 300
         while marker is not None and not any(marker.search(m) for m in self._messages(run_id)):
             if self._run(run_id).is_finished or time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
-        time.sleep(delay)
+        until = time.monotonic() + delay
+        while time.monotonic() < until and not (at_latest and any(at_latest.search(m) for m in self._messages(run_id))):
+            time.sleep(0.02)
         if self._run(run_id).is_finished:
             return False
         family = _descendants(_parent(pid) if reboot else pid)
