@@ -533,7 +533,9 @@ class SensorRecoveryHarness(KillHarness):
                 return False
             time.sleep(0.05)
         until = time.monotonic() + delay
-        while time.monotonic() < until and not (at_latest and any(at_latest.search(m) for m in self._messages(run_id))):
+        while time.monotonic() < until:
+            if at_latest is not None and any(at_latest.search(m) for m in self._messages(run_id)):
+                break
             time.sleep(0.02)
         if self._run(run_id).is_finished:
             return False

@@ -40,10 +40,10 @@ DRIVER_MEMORY = "2g"
 # The server's heap is sized by these settings, not by how long it has been busy. G1's defaults size
 # the young generation, and grow the heap, to the allocation rate, which follows the rows a run reads:
 # a 10M-row snapshot left the JVM 30-60 % larger than a 1M-row one, while what it held at the end was
-# the same (about 90 MiB after a full GC). Measured on that snapshot (bench/README, "Snapshot memory"):
+# the same (about 90 MiB after a full GC). Measured on that snapshot (README, "Snapshot memory"):
 # - the whole heap reserved at start (-Xms), so the young generation stays in the same regions;
 # - a fixed young generation of 384 MiB, survivors of a quarter of it, kept 90 % full: a row group's
-#   pages (16 MiB of Parquet buffers a writer holds for a second or two) die young;
+#   pages (the Parquet buffers a writer holds for a second or two) die young;
 # - 4 MiB regions: Parquet's and zstd's 1 MiB buffers are ordinary objects, not humongous ones;
 # - objects promoted after 4 collections, and old-generation marking from 5 % of the heap: what a
 #   short run keeps in its survivors (the JVM's start-up state) reaches the old generation early, and

@@ -8,7 +8,7 @@ from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 
 
-def test_the_batch_log_names_no_table_upstream_so_recording_it_looks_up_no_table(tmp_path):
+def test_the_batch_log_names_no_table_as_its_upstream(tmp_path):
     # Dagster looks up each upstream asset's last materialization when it records an output; the batch
     # log named every table's silver and history, 100 lookups a batch on a source of 100 tables.
     tables = [f"t{i:02d}" for i in range(40)]
