@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (the soak's 500 batches take most of it)")
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
     parser.add_argument("--soak-batches", type=int, help="batches of the soak benchmark (default: the mode's)")
+    parser.add_argument("--tables", type=int, help="tables of the wide source in table_scaling (default: the mode's)")
     parser.add_argument("--json", type=Path, help="where to write the figures (default bench/out/<mode>.json)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "batch":
                 from bench.batch_bench import batch_bench
 
-                got = batch_bench(server, params, work, sizes["tables"], log)
+                got = batch_bench(server, params, work, args.tables or sizes["tables"], log)
             elif name == "merge":
                 from bench.merge_bench import merge_bench
 

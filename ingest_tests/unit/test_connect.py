@@ -30,6 +30,21 @@ def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_ch
     assert cmd[-1] == "spark-internal"
 
 
+def test_the_local_server_bounds_the_delta_tables_it_keeps_in_memory(tmp_path, monkeypatch):
+    """Delta's cache of opened tables (10,000 by default, about 3 MiB each) grows with the number of
+    tables until the heap is full (README, "Many tables")."""
+    from ingest.lake.connect import DELTA_LOG_CACHE_SIZE
+
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
+    monkeypatch.setenv("INGEST_JARS_DIR", str(jars))
+    cmd = server_command(15099)
+    conf = dict(c.split("=", 1) for c in cmd if "=" in c and c.startswith("spark."))
+    assert conf["spark.databricks.delta.delta.log.cacheSize"] == str(DELTA_LOG_CACHE_SIZE)
+    assert DELTA_LOG_CACHE_SIZE * 3 * 2**20 < 0.25 * 2 * 2**30  # a quarter of the 2 GiB heap at most
+
+
 def test_an_unreachable_server_fails_at_once_naming_the_url_and_the_fix():
     import socket
 
