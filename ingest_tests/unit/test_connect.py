@@ -16,13 +16,18 @@ def test_a_server_of_another_spark_or_delta_is_refused_naming_both_versions():
         check_versions(url, pyspark.__version__, "/j/delta-spark_4.2_2.13-4.3.0.jar")
 
 
-def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_chosen_master(tmp_path, monkeypatch):
+def local_server_command(tmp_path, monkeypatch, extra_conf=None) -> tuple[list[str], dict[str, str]]:
+    """The embedded server's command line over a jars folder of one (empty) Delta jar, and its --conf settings."""
     jars = tmp_path / "jars"
     jars.mkdir()
     (jars / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
     monkeypatch.setenv("INGEST_JARS_DIR", str(jars))
-    cmd = server_command(15099, {"spark.master": "local[2]"})
-    conf = dict(c.split("=", 1) for c in cmd[cmd.index("--jars") + 2:-1] if "=" in c)
+    cmd = server_command(15099, extra_conf)
+    return cmd, dict(c.split("=", 1) for c in cmd[cmd.index("--jars") + 2:-1] if "=" in c)
+
+
+def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_chosen_master(tmp_path, monkeypatch):
+    cmd, conf = local_server_command(tmp_path, monkeypatch, {"spark.master": "local[2]"})
     assert cmd[cmd.index("--master") + 1] == "local[2]" and "spark.master" not in conf
     assert conf["spark.connect.grpc.binding.port"] == "15099"
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1"
@@ -35,12 +40,7 @@ def test_the_local_server_bounds_the_delta_tables_it_keeps_in_memory(tmp_path, m
     tables until the heap is full (README, "Many tables")."""
     from ingest.lake.connect import DELTA_LOG_CACHE_SIZE
 
-    jars = tmp_path / "jars"
-    jars.mkdir()
-    (jars / "delta-spark_4.2_2.13-4.4.0.jar").write_bytes(b"")
-    monkeypatch.setenv("INGEST_JARS_DIR", str(jars))
-    cmd = server_command(15099)
-    conf = dict(c.split("=", 1) for c in cmd if "=" in c and c.startswith("spark."))
+    _, conf = local_server_command(tmp_path, monkeypatch)
     assert conf["spark.databricks.delta.delta.log.cacheSize"] == str(DELTA_LOG_CACHE_SIZE)
     assert DELTA_LOG_CACHE_SIZE * 3 * 2**20 < 0.25 * 2 * 2**30  # a quarter of the 2 GiB heap at most
 
