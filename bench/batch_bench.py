@@ -5,7 +5,13 @@ process, on the warm Spark Connect server), from the run's RUN_START event to th
 Delta log. Baseline: python-mysql-replication reading the same range (what the batch must do at least).
 
 table_scaling_<N>: the same 1-change batch on a source of N tables against a source of 1 table, wall
-time of the run; median of a few batches each.
+time from the sensor's tick that plans it to the end of its run; median of a few batches each. The
+instance keeps its runs and events in SQLite files, Dagster's default storage: creating a run writes a
+planned event for each asset it names.
+
+definitions_load_<N>: what every run's process does before its first step, load the code location
+(`ingest.defs.definitions` over the source's file, in a new process), for N tables against 1; median of
+a few loads. No target.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ class Source:
         from ingest.defs.resources import SparkResource
 
         self.name, self.tables, self.lake = name, tables, work / f"{name}-lake"
-        path = work / f"{name}-sources.yaml"
+        path = self.sources = work / f"{name}-sources.yaml"
         path.write_text(yaml.safe_dump({"sources": {name: {
             "kind": "mysql", "host": "127.0.0.1", "port": port, "user": "bench", "password_env": "BENCH_MYSQL_PASSWORD",
             "database": DATABASE, "tables": {"include": tables, **({"history": history} if history else {})}}}}))
@@ -57,16 +63,16 @@ class Source:
         self.materialize([AssetKey([self.name, t, "snapshot"]) for t in self.tables])
 
     def batch(self):
-        """The sensor's next batch, run; (partition key, its run's result, wall seconds)."""
+        """The sensor's next batch, run; (partition key, its run's result, wall seconds from the tick)."""
         from dagster import SensorResult, build_sensor_context
 
+        started = time.perf_counter()
         with build_sensor_context(instance=self.instance) as context:
             result = self.sensor(context)
         if not isinstance(result, SensorResult) or not result.run_requests:
             raise RuntimeError(f"source {self.name}: the sensor planned no batch ({result})")
         (request,) = [r for r in result.run_requests if r.partition_key]
         self.instance.add_dynamic_partitions(f"{self.name}_batches", [request.partition_key])
-        started = time.perf_counter()
         run = self.materialize(list(request.asset_selection), request.partition_key)
         return request.partition_key, run, time.perf_counter() - started
 
@@ -126,9 +132,13 @@ def batch_bench(server, params, work: Path, tables: int, log) -> list[Result]:
     import os
 
     os.environ["BENCH_MYSQL_PASSWORD"] = PASSWORD
+    from dagster import DagsterInstance
+
     many = [f"t{i:03d}" for i in range(tables)]
     create_tables(server, [*many, "solo"])
-    wide, solo = Source(work, "wide", server.port, many), Source(work, "solo", server.port, ["solo"])
+    instance = DagsterInstance.local_temp(str(work / "dagster_home"))  # SQLite, as bin/demo's instance
+    wide, solo = (Source(work, "wide", server.port, many, instance=instance),
+                  Source(work, "solo", server.port, ["solo"], instance=instance))
     for source in (wide, solo):
         log(f"{source.name}: snapshot of {len(source.tables)} table(s), then the first batch")
         source.snapshot()
@@ -147,6 +157,8 @@ def batch_bench(server, params, work: Path, tables: int, log) -> list[Result]:
                 raw.append(raw_read_seconds(params, key))
         log(f"batch {n}: 1 table {timings['solo'][-1]:.2f} s, {tables} tables {timings['wide'][-1]:.2f} s, "
             f"run start to silver {overhead[-1]:.2f} s")
+    loads = {source.name: [definitions_load_seconds(source) for _ in range(REPEATS)] for source in (wide, solo)}
+    log(f"definitions load: {tables} tables {loads['wide']}, 1 table {loads['solo']}")
     return [
         Result("batch_overhead", statistics.median(overhead), "raw_binlog_read_of_the_batch", statistics.median(raw),
                "s", higher_is_better=False, limit=5.0,
@@ -154,4 +166,20 @@ def batch_bench(server, params, work: Path, tables: int, log) -> list[Result]:
         Result(f"table_scaling_{tables}", statistics.median(timings["wide"]), "same_batch_on_1_table_source",
                statistics.median(timings["solo"]), "s", higher_is_better=False, target=1.5,
                details={"seconds": timings}),
+        Result(f"definitions_load_{tables}", statistics.median(loads["wide"]), "same_for_1_table",
+               statistics.median(loads["solo"]), "s", higher_is_better=False, details={"seconds": loads}),
     ]
+
+
+def definitions_load_seconds(source: Source) -> float:
+    """Seconds a new process takes to import the code location over `source`'s file (imports included)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import time; t = time.perf_counter(); import ingest.defs.definitions as d; "
+            "d.defs.get_repository_def(); print(time.perf_counter() - t)")
+    env = {**os.environ, "INGEST_SOURCES": str(source.sources), "INGEST_LAKE_ROOT": str(source.lake)}
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip().splitlines()[-1])

@@ -152,3 +152,19 @@ def merged_through(log_start, merged: Iterable) -> Any:
             break
         reached = max(reached, batch.end)
     return reached
+
+
+def batch_tables(tables: Sequence[str], touched: Iterable[str] | None, snapshots: dict[str, Any],
+                 merged: dict[str, Sequence[Any]]) -> list[str]:
+    """The tables a batch run names (pure): every table when the source could not tell which ones the
+    batch touches (`touched` None), else those it touches and those whose newest snapshot is not yet in
+    each of their merged layers. `snapshots`: a table's newest snapshot id (None: none yet); `merged`:
+    per table, the snapshot id each layer (silver, history) last recorded merging (None: no record).
+
+    Naming an unchanged table costs a planned event; missing a changed one fails the run before it
+    writes (the batch step checks), and the sensor then runs the batch again naming every table."""
+    if touched is None:
+        return list(tables)
+    touched = set(touched)
+    return [t for t in tables if t in touched
+            or (snapshots.get(t) is not None and any(m != snapshots[t] for m in merged.get(t, [None])))]

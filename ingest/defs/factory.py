@@ -9,7 +9,7 @@ from typing import NamedTuple
 from dagster import (
     AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
     AssetIn, AssetKey, AssetObservation, AssetOut, AssetsDefinition, BackfillPolicy, DynamicPartitionsDefinition, Output,
-    SensorDefinition, asset, asset_check, multi_asset,
+    SensorDefinition, asset, multi_asset,
 )
 
 from ingest.config import ConfigError, DynamoDBSource, MySQLSource, PostgresSource, SourcesConfig
@@ -244,6 +244,9 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
         selected = context.op_execution_context.selected_output_names
         reads = any(bronze_out[t] in selected for t in tables)
 
+        def layers(t: str) -> set[str]:
+            return {bronze_out[t], silver_out[t], *([history_out[t]] if t in history_out else [])}
+
         # a backfill asks for every selected table: the ones a batch did not change are reported unchanged
         report_unchanged = "dagster/backfill" in context.run.tags
 
@@ -254,6 +257,13 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
                 writes = read(context, batch)
                 changed = {t: w for t, w in writes.items() if w.changed}
                 skipped = writes.skipped
+                if "batch_log" in selected:
+                    unnamed = sorted(t for t in changed if not layers(t) <= selected)
+                    if unnamed:  # logging the batch would lose their changes: fail before any write
+                        raise BatchSelectionMissed(
+                            f"batch {batch} of source {name} changed {', '.join(unnamed)}, which this run does "
+                            "not name (the sensor names the tables the server says a batch touches). Nothing "
+                            "was written; the sensor runs the batch again naming every table")
                 for t, reason in skipped.items():
                     context.log.warning(f"batch {batch}: table {t} left out: {reason}")
                     quarantined.extend(AssetObservation(asset_key=key, partition=batch, metadata={
@@ -306,6 +316,10 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
         yield from quarantined
 
     return _batch
+
+
+class BatchSelectionMissed(RuntimeError):
+    """A batch run that would log the batch does not name every table the batch changed."""
 
 
 def change_counts(lake, name: str, batch: str, changed: dict) -> dict[str, int]:
@@ -404,27 +418,17 @@ def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefini
 RECONCILIATION = "reconciliation"
 
 
-def reconciliation_check(name: str, source: MySQLSource, table: str, config: SourcesConfig) -> AssetChecksDefinition:
-    settings = source.snapshot_settings(table)
-    config_ref = f"{config.path}: sources.{name}.tables.include ({table})"
+def reconciliation_checks(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig
+                          ) -> AssetChecksDefinition:
+    from ingest.defs.checks import per_table_check
 
-    @asset_check(
-        asset=table_key(name, table),
-        name=RECONCILIATION,
-        required_resource_keys={"lake"},
-        description=(
-            f"Compares the live rows of silver with `{source.database}.{table}`: a row count and checksum per "
-            "primary-key range on both sides, then row by row only in the ranges that differ, leaving out keys "
-            "the binlog shows changed after the position silver has merged up to. A mismatch names the ranges "
-            "and keys that differ. Reads the whole source table, so the sensor's batch runs leave it out: it "
-            "runs on the `reconcile_silver` schedule, or from the UI."
-        ),
-    )
-    def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.defs.io_managers import to_dagster_metadata
         from ingest.lake.reconcile import reconciliation_metadata
         from ingest.reconcile import reconcile
 
+        settings = source.snapshot_settings(table)
+        config_ref = f"{config.path}: sources.{name}.tables.include ({table})"
         lake = context.resources.lake
         params = connection_params(source)
         with params.connect() as conn:
@@ -436,7 +440,12 @@ def reconciliation_check(name: str, source: MySQLSource, table: str, config: Sou
                                 description=result.summary(),
                                 metadata=to_dagster_metadata(reconciliation_metadata(result)))
 
-    return _reconciliation
+    return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (
+        f"Compares the live rows of silver with `{source.database}.{table}`: a row count and checksum per "
+        "primary-key range on both sides, then row by row only in the ranges that differ, leaving out keys "
+        "the binlog shows changed after the position silver has merged up to. A mismatch names the ranges "
+        "and keys that differ. Reads the whole source table, so the sensor's batch runs leave it out: it "
+        "runs on the `reconcile_silver` schedule, or from the UI."), reconcile_table)
 
 
 def build_resources(config: SourcesConfig) -> dict:
@@ -489,7 +498,7 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
         if isinstance(source, DynamoDBSource):
             assets, sensor, log_checks = build_dynamodb_defs(name, source, lake_root)
             out.append(SourceDefs(assets, sensor,
-                                  [*log_checks, *(c for t in source.tables for c in batch_checks(name, source, t))]))
+                                  [*log_checks, *batch_checks(name, source, list(source.tables))]))
             continue
         tables = resolve_tables(name, source, config)
         if SOURCE_BATCH_LOG in map(asset_part, tables):
@@ -502,7 +511,6 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
         log_key = AssetKey([name, SOURCE_BATCH_LOG])
         out.append(SourceDefs(assets, binlog_sensor(name, source, tables, partitions, lake_root),
                               [contiguity_check(log_key, BinlogPosition.from_metadata, compare_binlog, str),
-                               *(c for t in tables
-                                 for c in (reconciliation_check(name, source, t, config), *batch_checks(name, source, t)))]))
+                               reconciliation_checks(name, source, tables, config), *batch_checks(name, source, tables)]))
     return out
 

@@ -122,7 +122,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         return watch(lambda: evaluate(context), source.cdc.watch_seconds)
 
     def evaluate(context: SensorEvaluationContext):
-        from ingest.defs.sensors import Idle, batch_running, logged, run_incomplete, snapshot_log_start
+        from ingest.defs.sensors import Idle, batch_running, logged, run_incomplete, snapshot_log_starts
         from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
         from ingest.sources.postgres.positions import Lsn, LsnRange
         from ingest.sources.postgres.slot import has_changes
@@ -130,8 +130,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         if (idle := batch_running(context, name, tags)) is not None:
             return idle
         last_end, complete, _ = logged(log_path, Lsn.from_metadata)
-        starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"), Lsn.from_metadata)
-                  for t in tables}
+        starts = snapshot_log_starts(context.instance, name, tables, Lsn.from_metadata)
         waiting = [t for t, p in starts.items() if p is None]
         if last_end is None and waiting:
             from ingest.sources.findings import failed
@@ -199,16 +198,14 @@ def headroom_check(name: str, source: PostgresSource, log_key: AssetKey):
     return _headroom
 
 
-def freshness_check(name: str, source: PostgresSource, table: str, lake_root: str):
-    from dagster import AssetCheckExecutionContext, AssetCheckResult, asset_check
+def freshness_checks(name: str, source: PostgresSource, tables: list[str], lake_root: str):
+    from dagster import AssetCheckExecutionContext
+
+    from ingest.defs.checks import per_table_check
 
     slot = source.slot_name(name)
 
-    @asset_check(asset=table_key(name, table), name="freshness", required_resource_keys={"lake"},
-                 description=f"Fails when the source has changes silver may lack (a transaction on a table of "
-                             f"source {name} after the batch log's end) and silver last merged more than "
-                             f"{source.cdc.max_lag_seconds} s ago (cdc.max_lag_seconds).")
-    def _freshness(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    def freshness_of(context: AssetCheckExecutionContext, table: str):
         import datetime as dt
 
         from ingest.checks import freshness
@@ -228,25 +225,24 @@ def freshness_check(name: str, source: PostgresSource, table: str, lake_root: st
             ahead = end is None or has_changes(conn, slot, source.publication, slot_state(conn, name, slot).head)
         return _result(freshness(ahead, since, source.cdc.max_lag_seconds))
 
-    return _freshness
+    return per_table_check(name, "freshness", {t: table_key(name, t) for t in tables}, (
+        f"Fails when the source has changes silver may lack (a transaction on a table of source {name} after the "
+        f"batch log's end) and silver last merged more than {source.cdc.max_lag_seconds} s ago "
+        "(cdc.max_lag_seconds)."), freshness_of)
 
 
-def reconciliation_check(name: str, source: PostgresSource, table: str):
-    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, asset_check
+def reconciliation_checks(name: str, source: PostgresSource, tables: list[str]):
+    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity
 
-    settings = source.snapshot_settings(table)
+    from ingest.defs.checks import per_table_check
+    from ingest.defs.factory import RECONCILIATION
 
-    @asset_check(asset=table_key(name, table), name="reconciliation", required_resource_keys={"lake"},
-                 description=(f"Compares the live rows of silver with `{source.qualified(table)}` read at a temporary "
-                              "slot's exported snapshot: a row count and checksum per primary-key range on both "
-                              "sides, then row by row only in the ranges that differ, leaving out keys the source's "
-                              "slot shows changed after silver's position. Reads the whole table: it runs on the "
-                              "`reconcile_silver` schedule, or from the UI."))
-    def _reconciliation(context: AssetCheckExecutionContext) -> AssetCheckResult:
+    def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.adapters.postgres import reconcile
         from ingest.defs.io_managers import to_dagster_metadata
         from ingest.lake.reconcile import reconciliation_metadata
 
+        settings = source.snapshot_settings(table)
         lake = context.resources.lake
         result = reconcile(lake.spark.session, pg_params(source), source.slot_name(name), source.publication,
                            source.qualified(table), lake.path_for(table_key(name, table)),
@@ -255,7 +251,11 @@ def reconciliation_check(name: str, source: PostgresSource, table: str):
         return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
                                 metadata=to_dagster_metadata(reconciliation_metadata(result)))
 
-    return _reconciliation
+    return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (
+        f"Compares the live rows of silver with `{source.qualified(table)}` read at a temporary slot's exported "
+        "snapshot: a row count and checksum per primary-key range on both sides, then row by row only in the "
+        "ranges that differ, leaving out keys the source's slot shows changed after silver's position. Reads "
+        "the whole table: it runs on the `reconcile_silver` schedule, or from the UI."), reconcile_table)
 
 
 def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
@@ -274,5 +274,4 @@ def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     return assets, slot_sensor(name, source, tables, partitions, lake_root), \
         [contiguity_check(log_key, Lsn.from_metadata, compare, str), headroom_check(name, source, log_key),
-         *(c for t in tables for c in (freshness_check(name, source, t, lake_root),
-                                       reconciliation_check(name, source, t)))]
+         freshness_checks(name, source, tables, lake_root), reconciliation_checks(name, source, tables)]

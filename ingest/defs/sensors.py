@@ -31,13 +31,49 @@ SNAPSHOT_TAG = "ingest/snapshot"
 ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def snapshot_log_start(instance, key: AssetKey, parse=BinlogPosition.from_metadata):
-    """The change-log start recorded by a table's latest snapshot materialization (`parse`d: a binlog
-    position by default)."""
-    from ingest.defs.factory import latest_metadata
+def latest_metadata_of(instance, keys: list[AssetKey]) -> dict[AssetKey, dict]:
+    """Each asset's newest materialization metadata ({} for one without), in one query: one query per
+    table made a sensor tick of a 200-table source take 0.3 s."""
+    events = instance.get_latest_materialization_events(keys)
+    return {k: dict(e.asset_materialization.metadata) if (e := events.get(k)) else {} for k in keys}
 
-    recorded = latest_metadata(instance, key).get("log_start")
-    return parse(recorded.value) if recorded is not None else None
+
+def snapshot_log_starts(instance, name: str, tables: list[str], parse=BinlogPosition.from_metadata) -> dict:
+    """Per table, the change-log start recorded by its latest snapshot materialization (`parse`d: a
+    binlog position by default; None before its first snapshot)."""
+    meta = latest_metadata_of(instance, [table_key(name, t, "snapshot") for t in tables])
+    return {t: parse(m["log_start"].value) if "log_start" in (m := meta[table_key(name, t, "snapshot")]) else None
+            for t in tables}
+
+
+def source_batch_selection(name: str, source, tables: list[str]) -> list[AssetKey]:
+    """What a batch run of `tables` materializes: their bronze, silver and history, and the batch log."""
+    return [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables],
+            *[table_key(name, t, HISTORY) for t in tables if source.keeps_history(t)],
+            AssetKey([name, SOURCE_BATCH_LOG])]
+
+
+def named_tables(instance, name: str, source, tables: list[str], batch, logs: list[str]) -> list[str]:
+    """The tables a batch run names: those the server says the batch touches, and those whose newest
+    snapshot is not yet in silver (or history) as Dagster last recorded it; every table when the server
+    cannot tell (see ingest/sources/mysql/peek.py)."""
+    from ingest.batches import batch_tables
+    from ingest.sources.mysql.peek import peek_batch_tables
+
+    with connection_params(source).connect() as conn:
+        touched = peek_batch_tables(conn, source.database, batch, logs)
+    if touched is None:
+        return list(tables)
+    snapshots = latest_metadata_of(instance, [table_key(name, t, "snapshot") for t in tables])
+    layers = {t: [table_key(name, t), *([table_key(name, t, HISTORY)] if source.keeps_history(t) else [])]
+              for t in tables}
+    merged = latest_metadata_of(instance, [k for keys in layers.values() for k in keys])
+
+    def snapshot_id(meta: dict):
+        return meta["snapshot_id"].value if "snapshot_id" in meta else None
+
+    return batch_tables(tables, touched, {t: snapshot_id(snapshots[table_key(name, t, "snapshot")]) for t in tables},
+                        {t: [snapshot_id(merged[k]) for k in keys] for t, keys in layers.items()})
 
 
 def committed_end(log_path: str) -> BinlogPosition | None:
@@ -176,8 +212,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
                   partitions: DynamicPartitionsDefinition, lake_root: str) -> SensorDefinition:
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     log_path = source_batch_log_location(lake_root, name)
-    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables],
-                    *[table_key(name, t, HISTORY) for t in tables if source.keeps_history(t)], log_key]
+    batch_assets = source_batch_selection(name, source, tables)
     selection = AssetSelection.assets(*batch_assets, *[table_key(name, t, "snapshot") for t in tables])
     tags = {SOURCE_TAG: name}
 
@@ -200,8 +235,7 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         state = source_state(params, name)
         last_end, complete, skipped_until = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
-        starts = {t: snapshot_log_start(context.instance, table_key(name, t, "snapshot"))
-                  for t in tables if t in state.tables}
+        starts = snapshot_log_starts(context.instance, name, [t for t in tables if t in state.tables])
         # only tables without a usable snapshot need their runs looked up: a sensor tick costs the same
         # for 5 tables or 500 once they are all snapshotted
         unready = [t for t, p in starts.items() if not usable_snapshot(t, p, skipped_until)]
@@ -248,8 +282,13 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             context.update_cursor(key)
             # reconciliation reads the whole source table, too much for every batch; the batch log's
             # contiguity check reads only a Delta log
-            requests.append(batch_request(context.instance, key, "", tags, batch_assets, [check_key(log_key)],
-                                          max_runtime=source.cdc.max_run_seconds))
+            # in the steady state a run names only the tables the batch touches: Dagster writes a planned
+            # event per named asset when it creates the run (6.5 s for every table of 500, on SQLite)
+            steady = last_end is not None and not (tables_now.snapshot or tables_now.quarantined or skipped_until)
+            named = named_tables(context.instance, name, source, tables, plan.batch, state.logs) if steady \
+                else tables
+            requests.append(batch_request(context.instance, key, "", tags, source_batch_selection(name, source, named),
+                                          [check_key(log_key)], max_runtime=source.cdc.max_run_seconds))
             adds.append(partitions.build_add_request([key]))
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 

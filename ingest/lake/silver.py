@@ -252,7 +252,7 @@ class SilverFromBatch:
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
-                "end": bronze_batch.metadata.get("end"), "rows": changes,
+                "end": bronze_batch.metadata.get("end"), "rows": changes, "snapshot_id": snapshot_id,
                 # from the newest change's commit in the source to now: how far behind silver is
                 **({"lag_seconds": round(time.time() - newest, 1)} if newest is not None else {})}
 

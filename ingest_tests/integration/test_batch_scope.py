@@ -1,6 +1,6 @@
 """A change batch touches only the tables it changed: no commit, no step for the others."""
 
-from dagster import DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterEventType, DagsterInstance
 
 from ingest.lake.batchlog import logged_batches
 from ingest.lake.commits import table_version
@@ -10,7 +10,15 @@ from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 TABLES = ["quiet_a", "busy", "quiet_b"]
 
 
-def test_a_batch_with_changes_in_one_table_commits_nothing_to_the_others(spark, root, mariadb, database, tmp_path):
+def planned(h: CdcHarness, run) -> set[str]:
+    """The assets a run named: Dagster wrote a planned event for each when it created the run."""
+    records = h.instance.get_records_for_run(run.dagster_run.run_id,
+                                             of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED).records
+    return {r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records}
+
+
+def test_a_batch_with_changes_in_one_table_names_and_commits_only_that_table(spark, root, mariadb, database,
+                                                                           tmp_path):
     with root.cursor() as cur:
         for t in TABLES:
             cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
@@ -32,6 +40,9 @@ def test_a_batch_with_changes_in_one_table_commits_nothing_to_the_others(spark, 
         cur.execute("DELETE FROM busy WHERE id = 50")
     key = h.sync()
     (newest,) = h.instance.get_run_records(limit=1)
+    # the sensor asked the server which tables the batch touches: the run names those alone (Dagster
+    # writes a planned event for every asset a run names)
+    assert planned(h, newest) == {"src/busy/changes", "src/busy", "src/_batch_log"}
     after = versions()
     changed = {k for k in after if after[k] != before[k]}
     assert changed == {("busy", "bronze"), ("busy", "silver")}, changed
@@ -85,3 +96,64 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
     # tombstone (id 7) and updates are the merge's, not the rows its vectors mark
     marked_path = table_location(str(h.lake), "src", "marked", "silver")
     assert assert_deletion_vector_readers_open(spark, marked_path, ["id"]) == 201
+
+
+def three_tables(spark, root, mariadb, database, tmp_path, **extra) -> CdcHarness:
+    with root.cursor() as cur:
+        for t in TABLES:
+            cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
+            cur.execute(f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_50")
+    h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, TABLES, **extra), tmp_path / "lake",
+                   DagsterInstance.ephemeral())
+    h.snapshot()
+    assert h.sync()
+    return h
+
+
+def test_a_new_snapshot_of_a_table_the_batch_does_not_touch_still_reaches_silver(spark, root, mariadb, database,
+                                                                                 tmp_path):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE elsewhere (id INT PRIMARY KEY)")  # in the database, not in the source
+    h = three_tables(spark, root, mariadb, database, tmp_path)
+    with root.cursor() as cur:  # a change the binlog never shows: only a new snapshot brings it
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute("UPDATE quiet_a SET v = 1000 + v WHERE id <= 5")
+        cur.execute("SET SESSION sql_log_bin = 1")
+        # the binlog moves on (outside the source), so the new snapshot reads at a later position
+        cur.execute("INSERT INTO elsewhere VALUES (1)")
+    h.snapshot(["quiet_a"])
+    with root.cursor() as cur:
+        cur.execute("UPDATE busy SET v = -v WHERE id = 1")
+    h.sync()
+    (newest,) = h.instance.get_run_records(limit=1)
+    assert planned(h, newest) == {"src/busy/changes", "src/busy", "src/quiet_a/changes", "src/quiet_a",
+                                  "src/_batch_log"}
+    with root.cursor() as cur:
+        cur.execute("SELECT id, v FROM quiet_a")
+        assert h.live("quiet_a", ["id", "v"]) == sorted(cur.fetchall())
+
+
+def test_a_batch_run_that_does_not_name_a_changed_table_writes_nothing_and_the_sensor_runs_it_whole(
+        spark, root, mariadb, database, tmp_path):
+    h = three_tables(spark, root, mariadb, database, tmp_path, cdc={"retry_backoff_seconds": 0})
+    with root.cursor() as cur:
+        cur.execute("UPDATE busy SET v = -v WHERE id <= 3")
+        cur.execute("UPDATE quiet_a SET v = -v WHERE id = 9")
+    key = h.add_batch()
+    before = {t: table_version(table_location(str(h.lake), "src", t, "bronze")) for t in TABLES}
+    # a run naming busy alone (as a sensor that misread the binlog would): quiet_a changed too
+    failed = h.run([AssetKey(["src", "busy", "changes"]), AssetKey(["src", "busy"]), AssetKey(["src", "_batch_log"])],
+                   key, expect_success=False)
+    message = h.failure(failed)
+    assert f"batch {key} of source src changed quiet_a, which this run does not name" in message, message
+    assert {t: table_version(table_location(str(h.lake), "src", t, "bronze")) for t in TABLES} == before
+    assert key not in {e.batch for e in logged_batches(source_batch_log_location(str(h.lake), "src"))}
+
+    # the sensor's next tick runs the incomplete batch again, naming every table (no backoff in this source)
+    assert h.sync() == key
+    (newest,) = h.instance.get_run_records(limit=1)
+    assert {k.split("/")[1] for k in planned(h, newest)} == {*TABLES, "_batch_log"}
+    for t in ("busy", "quiet_a"):
+        with root.cursor() as cur:
+            cur.execute(f"SELECT id, v FROM {t}")
+            assert h.live(t, ["id", "v"]) == sorted(cur.fetchall())
