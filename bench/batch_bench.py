@@ -136,6 +136,7 @@ def batch_bench(server, params, work: Path, tables: int, log) -> list[Result]:
 
     many = [f"t{i:03d}" for i in range(tables)]
     create_tables(server, [*many, "solo"])
+    (work / "dagster_home").mkdir(exist_ok=True)
     instance = DagsterInstance.local_temp(str(work / "dagster_home"))  # SQLite, as bin/demo's instance
     wide, solo = (Source(work, "wide", server.port, many, instance=instance),
                   Source(work, "solo", server.port, ["solo"], instance=instance))
