@@ -122,7 +122,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         return watch(lambda: evaluate(context), source.cdc.watch_seconds)
 
     def evaluate(context: SensorEvaluationContext):
-        from ingest.defs.sensors import Idle, batch_running, logged, run_incomplete, snapshot_log_starts
+        from ingest.defs.sensors import Idle, batch_running, log_starts, logged, run_incomplete, snapshots_recorded
         from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
         from ingest.sources.postgres.positions import Lsn, LsnRange
         from ingest.sources.postgres.slot import has_changes
@@ -130,7 +130,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         if (idle := batch_running(context, name, tags)) is not None:
             return idle
         last_end, complete, _ = logged(log_path, Lsn.from_metadata)
-        starts = snapshot_log_starts(context.instance, name, tables, Lsn.from_metadata)
+        starts = log_starts(snapshots_recorded(context.instance, name, tables), Lsn.from_metadata)
         waiting = [t for t, p in starts.items() if p is None]
         if last_end is None and waiting:
             from ingest.sources.findings import failed

@@ -38,12 +38,16 @@ def latest_metadata_of(instance, keys: list[AssetKey]) -> dict[AssetKey, dict]:
     return {k: dict(e.asset_materialization.metadata) if (e := events.get(k)) else {} for k in keys}
 
 
-def snapshot_log_starts(instance, name: str, tables: list[str], parse=BinlogPosition.from_metadata) -> dict:
-    """Per table, the change-log start recorded by its latest snapshot materialization (`parse`d: a
-    binlog position by default; None before its first snapshot)."""
+def snapshots_recorded(instance, name: str, tables: list[str]) -> dict[str, dict]:
+    """Per table, the metadata of its latest snapshot materialization ({} before its first)."""
     meta = latest_metadata_of(instance, [table_key(name, t, "snapshot") for t in tables])
-    return {t: parse(m["log_start"].value) if "log_start" in (m := meta[table_key(name, t, "snapshot")]) else None
-            for t in tables}
+    return {t: meta[table_key(name, t, "snapshot")] for t in tables}
+
+
+def log_starts(snapshots: dict[str, dict], parse=BinlogPosition.from_metadata) -> dict:
+    """Per table, the change-log start its snapshot's metadata records (`parse`d: a binlog position by
+    default; None before its first snapshot)."""
+    return {t: parse(m["log_start"].value) if "log_start" in m else None for t, m in snapshots.items()}
 
 
 def source_batch_selection(name: str, source, tables: list[str]) -> list[AssetKey]:
@@ -53,10 +57,11 @@ def source_batch_selection(name: str, source, tables: list[str]) -> list[AssetKe
             AssetKey([name, SOURCE_BATCH_LOG])]
 
 
-def named_tables(instance, name: str, source, tables: list[str], batch, logs: list[str]) -> list[str]:
+def named_tables(instance, name: str, source, tables: list[str], snapshots: dict[str, dict], batch,
+                 logs: list[str]) -> list[str]:
     """The tables a batch run names: those the server says the batch touches, and those whose newest
-    snapshot is not yet in silver (or history) as Dagster last recorded it; every table when the server
-    cannot tell (see ingest/sources/mysql/peek.py)."""
+    snapshot (`snapshots`: their recorded metadata) is not yet in silver (or history) as Dagster last
+    recorded it; every table when the server cannot tell (see ingest/sources/mysql/peek.py)."""
     from ingest.batches import batch_tables
     from ingest.sources.mysql.peek import peek_batch_tables
 
@@ -64,7 +69,6 @@ def named_tables(instance, name: str, source, tables: list[str], batch, logs: li
         touched = peek_batch_tables(conn, source.database, batch, logs)
     if touched is None:
         return list(tables)
-    snapshots = latest_metadata_of(instance, [table_key(name, t, "snapshot") for t in tables])
     layers = {t: [table_key(name, t), *([table_key(name, t, HISTORY)] if source.keeps_history(t) else [])]
               for t in tables}
     merged = latest_metadata_of(instance, [k for keys in layers.values() for k in keys])
@@ -72,7 +76,7 @@ def named_tables(instance, name: str, source, tables: list[str], batch, logs: li
     def snapshot_id(meta: dict):
         return meta["snapshot_id"].value if "snapshot_id" in meta else None
 
-    return batch_tables(tables, touched, {t: snapshot_id(snapshots[table_key(name, t, "snapshot")]) for t in tables},
+    return batch_tables(tables, touched, {t: snapshot_id(snapshots.get(t, {})) for t in tables},
                         {t: [snapshot_id(merged[k]) for k in keys] for t, keys in layers.items()})
 
 
@@ -235,7 +239,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         state = source_state(params, name)
         last_end, complete, skipped_until = logged(log_path)
         # tables the config names but the database does not hold (yet) wait for their CREATE TABLE
-        starts = snapshot_log_starts(context.instance, name, [t for t in tables if t in state.tables])
+        snapshots = snapshots_recorded(context.instance, name, [t for t in tables if t in state.tables])
+        starts = log_starts(snapshots)
         # only tables without a usable snapshot need their runs looked up: a sensor tick costs the same
         # for 5 tables or 500 once they are all snapshotted
         unready = [t for t, p in starts.items() if not usable_snapshot(t, p, skipped_until)]
@@ -285,8 +290,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             # in the steady state a run names only the tables the batch touches: Dagster writes a planned
             # event per named asset when it creates the run (6.5 s for every table of 500, on SQLite)
             steady = last_end is not None and not (tables_now.snapshot or tables_now.quarantined or skipped_until)
-            named = named_tables(context.instance, name, source, tables, plan.batch, state.logs) if steady \
-                else tables
+            named = named_tables(context.instance, name, source, tables, snapshots, plan.batch, state.logs) \
+                if steady else tables
             requests.append(batch_request(context.instance, key, "", tags, source_batch_selection(name, source, named),
                                           [check_key(log_key)], max_runtime=source.cdc.max_run_seconds))
             adds.append(partitions.build_add_request([key]))
