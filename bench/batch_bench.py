@@ -131,9 +131,9 @@ def raw_read_seconds(params, batch_key: str) -> float:
 def batch_bench(server, params, work: Path, tables: int, log) -> list[Result]:
     import os
 
-    os.environ["BENCH_MYSQL_PASSWORD"] = PASSWORD
     from dagster import DagsterInstance
 
+    os.environ["BENCH_MYSQL_PASSWORD"] = PASSWORD
     many = [f"t{i:03d}" for i in range(tables)]
     create_tables(server, [*many, "solo"])
     (work / "dagster_home").mkdir(exist_ok=True)

@@ -19,7 +19,7 @@ from ingest.defs.batches import (
     FAILED_STATUSES, LOOK_BACK, SOURCE_TAG, batch_request, check_key, fail_dead_runs, give_up_events,
     incomplete_batch, run_error,
 )
-from ingest.defs.factory import table_key
+from ingest.defs.factory import latest_metadata_of, table_key
 from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, source_batch_log_location
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
@@ -29,13 +29,6 @@ from ingest.sources.mysql.schema import connection_params
 SNAPSHOT_TAG = "ingest/snapshot"
 """On snapshot runs the sensor starts: `<source>.<table>`."""
 ACTIVE_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
-
-
-def latest_metadata_of(instance, keys: list[AssetKey]) -> dict[AssetKey, dict]:
-    """Each asset's newest materialization metadata ({} for one without), in one query: one query per
-    table made a sensor tick of a 200-table source take 0.3 s."""
-    events = instance.get_latest_materialization_events(keys)
-    return {k: dict(e.asset_materialization.metadata) if (e := events.get(k)) else {} for k in keys}
 
 
 def snapshots_recorded(instance, name: str, tables: list[str]) -> dict[str, dict]:

@@ -18,7 +18,7 @@ PEEK_MAX_EVENTS = 5000
 """Events the sensor reads at most (a row event holds up to about 8 KiB of rows); a larger batch names
 every table, whose cost is then small against the batch's own."""
 
-TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
+TRANSACTION_ENDS = ("COMMIT", "ROLLBACK")
 
 
 def tables_in_range(events: Iterable[Sequence], database: str, end: BinlogPosition) -> frozenset[str] | None:
@@ -45,7 +45,7 @@ def tables_in_range(events: Iterable[Sequence], database: str, end: BinlogPositi
             statement = info.strip().upper()
             if statement == "BEGIN":
                 in_transaction = True
-            elif statement in TRANSACTION_CONTROL:
+            elif statement in TRANSACTION_ENDS:
                 in_transaction = False
             else:  # DDL (TRUNCATE, DROP, ALTER ...) changes tables without a table map
                 return None
