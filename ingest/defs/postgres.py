@@ -13,7 +13,7 @@ from dagster import (
 from ingest.config import ConfigError, PostgresSource
 from ingest.defs.batches import SOURCE_TAG, batch_request, check_key
 from ingest.defs.factory import BatchAssetText, change_batch_asset, table_key
-from ingest.lake.tables import CHANGES, SOURCE_BATCH_LOG, source_batch_log_location
+from ingest.lake.tables import SOURCE_BATCH_LOG, source_batch_log_location
 
 KINDS = {"postgres", "delta", "spark"}
 HEADROOM = "slot_headroom"
@@ -103,7 +103,9 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                 lake_root: str) -> SensorDefinition:
     log_key = AssetKey([name, SOURCE_BATCH_LOG])
     log_path = source_batch_log_location(lake_root, name)
-    batch_assets = [*[table_key(name, t, CHANGES) for t in tables], *[table_key(name, t) for t in tables], log_key]
+    from ingest.defs.sensors import source_batch_selection
+
+    batch_assets = source_batch_selection(name, source, tables)
     tags = {SOURCE_TAG: name}
     slot = source.slot_name(name)
 
@@ -122,15 +124,18 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         return watch(lambda: evaluate(context), source.cdc.watch_seconds)
 
     def evaluate(context: SensorEvaluationContext):
-        from ingest.defs.sensors import Idle, batch_running, log_starts, logged, run_incomplete, snapshots_recorded
+        from ingest.defs.sensors import (
+            Idle, batch_running, log_starts, logged, named_tables, run_incomplete, snapshots_recorded,
+        )
         from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
         from ingest.sources.postgres.positions import Lsn, LsnRange
-        from ingest.sources.postgres.slot import has_changes
+        from ingest.sources.postgres.slot import has_changes, peek_batch_tables
 
         if (idle := batch_running(context, name, tags)) is not None:
             return idle
         last_end, complete, _ = logged(log_path, Lsn.from_metadata)
-        starts = log_starts(snapshots_recorded(context.instance, name, tables), Lsn.from_metadata)
+        snapshots = snapshots_recorded(context.instance, name, tables)
+        starts = log_starts(snapshots, Lsn.from_metadata)
         waiting = [t for t, p in starts.items() if p is None]
         if last_end is None and waiting:
             from ingest.sources.findings import failed
@@ -156,9 +161,15 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                     state.head.value - start.value < EMPTY_BATCH_BYTES:
                 return Idle(f"no transaction changed a table of source {name} before the WAL head "
                             f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)", moved)
+            # after the first batch a run names only the tables the batch touches (see named_tables)
+            touched = None if last_end is None else peek_batch_tables(conn, slot, source.publication, batch.end)
+        by_qualified = {source.qualified(t): t for t in tables}
+        named = named_tables(context.instance, name, source, tables, snapshots, None if touched is None else
+                             [by_qualified[q] for q in touched if q in by_qualified])
         context.update_cursor(f"{batch.key}@{time.time():.0f}")
         return SensorResult(
-            run_requests=[batch_request(context.instance, batch.key, "", tags, batch_assets,
+            run_requests=[batch_request(context.instance, batch.key, "", tags,
+                                        source_batch_selection(name, source, named),
                                         [check_key(log_key), AssetCheckKey(log_key, HEADROOM)],
                                         max_runtime=source.cdc.max_run_seconds)],
             dynamic_partitions_requests=[partitions.build_add_request([batch.key])])

@@ -50,16 +50,14 @@ def source_batch_selection(name: str, source, tables: list[str]) -> list[AssetKe
             AssetKey([name, SOURCE_BATCH_LOG])]
 
 
-def named_tables(instance, name: str, source, tables: list[str], snapshots: dict[str, dict], batch,
-                 logs: list[str]) -> list[str]:
-    """The tables a batch run names: those the server says the batch touches, and those whose newest
-    snapshot (`snapshots`: their recorded metadata) is not yet in silver (or history) as Dagster last
-    recorded it; every table when the server cannot tell (see ingest/sources/mysql/peek.py)."""
+def named_tables(instance, name: str, source, tables: list[str], snapshots: dict[str, dict],
+                 touched) -> list[str]:
+    """The tables a batch run names: those the server says the batch touches (`touched`, by config
+    name), and those whose newest snapshot (`snapshots`: their recorded metadata) is not yet in silver
+    (or history) as Dagster last recorded it; every table when the server cannot tell (`touched` None:
+    see ingest/sources/mysql/peek.py and ingest/sources/postgres/slot.py)."""
     from ingest.batches import batch_tables
-    from ingest.sources.mysql.peek import peek_batch_tables
 
-    with connection_params(source).connect() as conn:
-        touched = peek_batch_tables(conn, source.database, batch, logs)
     if touched is None:
         return list(tables)
     layers = {t: [table_key(name, t), *([table_key(name, t, HISTORY)] if source.keeps_history(t) else [])]
@@ -283,7 +281,8 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
             # in the steady state a run names only the tables the batch touches: Dagster writes a planned
             # event per named asset when it creates the run (6.5 s for every table of 500, on SQLite)
             steady = last_end is not None and not (tables_now.snapshot or tables_now.quarantined or skipped_until)
-            named = named_tables(context.instance, name, source, tables, snapshots, plan.batch, state.logs) \
+            named = named_tables(context.instance, name, source, tables, snapshots,
+                                 binlog_touched(params, source.database, plan.batch, state.logs)) \
                 if steady else tables
             requests.append(batch_request(context.instance, key, "", tags, source_batch_selection(name, source, named),
                                           [check_key(log_key)], max_runtime=source.cdc.max_run_seconds))
@@ -291,6 +290,14 @@ def binlog_sensor(name: str, source: MySQLSource, tables: list[str],
         return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
 
     return _sensor
+
+
+def binlog_touched(params, database: str, batch: BatchRange, logs: list[str]) -> frozenset[str] | None:
+    """The tables the batch's binlog range touches, asked of the server (None: it cannot tell)."""
+    from ingest.sources.mysql.peek import peek_batch_tables
+
+    with params.connect() as conn:
+        return peek_batch_tables(conn, database, batch, logs)
 
 
 def head_position(params) -> BinlogPosition:

@@ -125,6 +125,17 @@ class CdcHarness:
         (evaluation,) = result.get_asset_check_evaluations()
         return evaluation
 
+    def newest_run_assets(self, materialized: bool = False) -> set[str]:
+        """The assets the newest run named (Dagster wrote a planned event for each when it created the
+        run), or those it `materialized`."""
+        from dagster import DagsterEventType
+
+        (newest,) = self.instance.get_run_records(limit=1)
+        kind = DagsterEventType.ASSET_MATERIALIZATION if materialized else \
+            DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+        records = self.instance.get_records_for_run(newest.dagster_run.run_id, of_type=kind).records
+        return {r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records}
+
     def silver_path(self, table: str) -> str:
         return table_location(str(self.lake), self.name, table, "silver")
 

@@ -1,6 +1,6 @@
 """A change batch touches only the tables it changed: no commit, no step for the others."""
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
 from ingest.lake.batchlog import logged_batches
 from ingest.lake.commits import table_version
@@ -8,13 +8,6 @@ from ingest.lake.tables import source_batch_log_location, table_location
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 
 TABLES = ["quiet_a", "busy", "quiet_b"]
-
-
-def planned(h: CdcHarness, run) -> set[str]:
-    """The assets a run named: Dagster wrote a planned event for each when it created the run."""
-    records = h.instance.get_records_for_run(run.dagster_run.run_id,
-                                             of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED).records
-    return {r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records}
 
 
 def test_a_batch_with_changes_in_one_table_names_and_commits_only_that_table(spark, root, mariadb, database,
@@ -39,17 +32,13 @@ def test_a_batch_with_changes_in_one_table_names_and_commits_only_that_table(spa
         cur.execute("UPDATE busy SET v = -v WHERE id <= 10")
         cur.execute("DELETE FROM busy WHERE id = 50")
     key = h.sync()
-    (newest,) = h.instance.get_run_records(limit=1)
-    # the sensor asked the server which tables the batch touches: the run names those alone (Dagster
-    # writes a planned event for every asset a run names)
-    assert planned(h, newest) == {"src/busy/changes", "src/busy", "src/_batch_log"}
+    # the sensor asked the server which tables the batch touches: the run names those alone
+    assert h.newest_run_assets() == {"src/busy/changes", "src/busy", "src/_batch_log"}
     after = versions()
     changed = {k for k in after if after[k] != before[k]}
     assert changed == {("busy", "bronze"), ("busy", "silver")}, changed
     # the run materialized bronze and silver of `busy` and the batch log, nothing of the quiet tables
-    records = h.instance.get_records_for_run(newest.dagster_run.run_id,
-                                             of_type=DagsterEventType.ASSET_MATERIALIZATION).records
-    materialized = {r.event_log_entry.dagster_event.asset_key.to_user_string() for r in records}
+    materialized = h.newest_run_assets(materialized=True)
     assert materialized == {"src/busy/changes", "src/busy", "src/_batch_log"}, materialized
     (entry, *_) = logged_batches(source_batch_log_location(str(h.lake), "src"))
     assert entry.batch == key and entry.tables == {"busy": 11}
@@ -125,8 +114,7 @@ def test_a_new_snapshot_of_a_table_the_batch_does_not_touch_still_reaches_silver
     with root.cursor() as cur:
         cur.execute("UPDATE busy SET v = -v WHERE id = 1")
     h.sync()
-    (newest,) = h.instance.get_run_records(limit=1)
-    assert planned(h, newest) == {"src/busy/changes", "src/busy", "src/quiet_a/changes", "src/quiet_a",
+    assert h.newest_run_assets() == {"src/busy/changes", "src/busy", "src/quiet_a/changes", "src/quiet_a",
                                   "src/_batch_log"}
     with root.cursor() as cur:
         cur.execute("SELECT id, v FROM quiet_a")
@@ -151,8 +139,7 @@ def test_a_batch_run_that_does_not_name_a_changed_table_writes_nothing_and_the_s
 
     # the sensor's next tick runs the incomplete batch again, naming every table (no backoff in this source)
     assert h.sync() == key
-    (newest,) = h.instance.get_run_records(limit=1)
-    assert {k.split("/")[1] for k in planned(h, newest)} == {*TABLES, "_batch_log"}
+    assert {k.split("/")[1] for k in h.newest_run_assets()} == {*TABLES, "_batch_log"}
     for t in ("busy", "quiet_a"):
         with root.cursor() as cur:
             cur.execute(f"SELECT id, v FROM {t}")

@@ -125,3 +125,41 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
         conn.execute("INSERT INTO customers VALUES (999, 'after the slot went')")
     with pytest.raises(Exception, match=r"'pgshop_slot' does not exist.*Fix: re-snapshot"):
         harness.tick()  # the sensor says why the source stopped; nothing was committed
+
+
+def test_after_the_first_batch_a_run_names_only_the_tables_the_slot_shows_changed(pg, harness):
+    from ingest.lake.commits import table_version
+    from ingest.lake.tables import table_location
+
+    harness.snapshot()
+    with pg.connect() as conn:
+        conn.execute("UPDATE orders SET note = 'first' WHERE id = 1")
+    assert harness.sync() is not None  # the first batch names every table: their snapshots enter silver
+
+    def versions():
+        return {(t, layer): table_version(table_location(str(harness.lake), "pgshop", t, layer))
+                for t in ("orders", "customers") for layer in ("bronze", "silver")}
+
+    before = versions()
+    with pg.connect() as conn:
+        conn.execute("UPDATE customers SET name = 'one table' WHERE id = 2")
+    assert harness.sync() is not None
+    assert harness.newest_run_assets() == {"pgshop/customers/changes", "pgshop/customers", "pgshop/_batch_log"}
+    after = versions()
+    assert {k for k in after if after[k] != before[k]} == {("customers", "bronze"), ("customers", "silver")}
+    assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")
+
+    # orders changes while out of the publication (the slot never shows it), then gets a new snapshot:
+    # the next batch names orders although it does not touch it, and the snapshot reaches silver
+    with pg.connect() as conn:
+        conn.execute("ALTER PUBLICATION shop_pub DROP TABLE orders")
+        conn.execute("UPDATE orders SET note = 'unseen' WHERE id <= 5")
+        conn.execute("ALTER PUBLICATION shop_pub ADD TABLE orders")
+    harness.snapshot(["orders"])
+    with pg.connect() as conn:
+        conn.execute("UPDATE customers SET name = 'again' WHERE id = 3")
+    assert harness.sync() is not None
+    assert harness.newest_run_assets() == {"pgshop/customers/changes", "pgshop/customers", "pgshop/orders/changes",
+                                           "pgshop/orders", "pgshop/_batch_log"}
+    assert harness.live("orders", ["id", "note"]) == table(pg, "orders", "id, note")
+    assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")

@@ -8,6 +8,7 @@ import pytest
 from ingest.sources.postgres.pgoutput import (
     UNCHANGED, Begin, Commit, Delete, Insert, ProtocolError, Relation, Truncate, Update, decode, transactions)
 from ingest.sources.postgres.positions import Lsn, LsnRange, decode_pos, encode_pos
+from ingest.sources.postgres.slot import relation_names
 
 
 def s(text: str) -> bytes:
@@ -168,3 +169,12 @@ def test_batches_run_from_the_last_end_to_the_head_cut_at_most_max_bytes_of_wal(
     while backlog[-1].end < Lsn(250):
         backlog.append(plan_next_batch(backlog[-1].end, None, Lsn(250), max_bytes=100))
     assert [(b.start.value, b.end.value) for b in backlog] == [(0, 100), (100, 200), (200, 250)]
+
+
+def test_the_tables_a_peek_shows_changed_are_those_its_relation_messages_describe():
+    stream = [begin(0x200, 1), relation(1, "orders", [("id", 23, True)]),
+              b"I" + struct.pack("!I", 1) + b"N" + tup("1"), commit(0x200, 0x210),
+              begin(0x300, 2), relation(2, "customers", [("id", 23, True)]),
+              b"T" + struct.pack("!IBI", 1, 0, 2), b"I" + struct.pack("!I", 1) + b"N" + tup("2"), commit(0x300, 0x310)]
+    assert relation_names(stream) == {"public.orders", "public.customers"}
+    assert relation_names([begin(0x400, 3), commit(0x400, 0x410)]) == frozenset()

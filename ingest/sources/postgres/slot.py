@@ -10,7 +10,7 @@ protocol), through a server-side cursor so that no batch is held whole in memory
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +19,10 @@ from ingest.sources.postgres.positions import Lsn
 
 PEEK_FETCH = 2000
 """Messages fetched per round trip of the server-side cursor."""
+
+PEEK_MAX_MESSAGES = 5000
+"""Messages the sensor decodes at most to tell which tables a batch touches: a larger batch names every
+table, whose cost is then small against the batch's own."""
 
 
 def peek(conn, slot: str, publication: str, upto: Lsn | None = None) -> Iterator[bytes]:
@@ -111,3 +115,29 @@ def has_changes(conn, slot: str, publication: str, upto: Lsn) -> bool:
         cur.execute("SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, 1, "
                     "'proto_version', '1', 'publication_names', %s)", (slot, str(upto), publication))
         return cur.fetchone()[0] > 0
+
+
+def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
+    """schema.table of each RELATION message among `messages` (pure)."""
+    from ingest.sources.postgres.changes import table_name
+    from ingest.sources.postgres.pgoutput import decode
+
+    return frozenset(table_name(decode(m)) for m in messages if m[:1] == b"R")
+
+
+def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn,
+                      limit: int = PEEK_MAX_MESSAGES) -> frozenset[str] | None:
+    """The tables (schema.table) with changes the slot holds before `upto`; None when there are more
+    than `limit` messages to look at.
+
+    Each peek is a decoding session of its own, and pgoutput describes a table (RELATION) before the
+    session's first change to it, so the RELATION messages name every table changed: those of the
+    batch, and of any older transaction the slot still holds (the batch's reader leaves these out; naming
+    a table too many costs a planned event). Only RELATION messages cross the wire."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
+                    "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
+                    "'publication_names', %s)", (slot, str(upto), limit, publication))
+        count, relations = cur.fetchone()
+    # the decoder finishes the transaction in which it reaches `limit`: at `limit` it may have stopped early
+    return None if count >= limit else relation_names(bytes(r) for r in relations)
