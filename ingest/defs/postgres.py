@@ -129,7 +129,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
         )
         from ingest.sources.postgres.cdc import confirm, plan_next_batch, slot_state
         from ingest.sources.postgres.positions import Lsn, LsnRange
-        from ingest.sources.postgres.slot import has_changes, peek_batch_tables
+        from ingest.sources.postgres.slot import peek_batch_tables
 
         if (idle := batch_running(context, name, tags)) is not None:
             return idle
@@ -157,15 +157,14 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
             moved = lambda: wal_head(source) != state.head  # noqa: E731
             if batch is None:
                 return Idle(f"WAL head at {state.head}: nothing new since {start}", moved)
-            if not has_changes(conn, slot, source.publication, batch.end) and \
-                    state.head.value - start.value < EMPTY_BATCH_BYTES:
+            peeked = peek_batch_tables(conn, slot, source.publication, batch.end)
+            if not peeked.messages and state.head.value - start.value < EMPTY_BATCH_BYTES:
                 return Idle(f"no transaction changed a table of source {name} before the WAL head "
                             f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)", moved)
-            # after the first batch a run names only the tables the batch touches (see named_tables)
-            touched = None if last_end is None else peek_batch_tables(conn, slot, source.publication, batch.end)
-        by_qualified = {source.qualified(t): t for t in tables}
-        named = named_tables(context.instance, name, source, tables, snapshots, None if touched is None else
-                             [by_qualified[q] for q in touched if q in by_qualified])
+        # after the first batch a run names only the tables the batch touches (see named_tables)
+        touched = None if last_end is None or peeked.tables is None else \
+            [t for t in tables if source.qualified(t) in peeked.tables]
+        named = named_tables(context.instance, name, source, tables, snapshots, touched)
         context.update_cursor(f"{batch.key}@{time.time():.0f}")
         return SensorResult(
             run_requests=[batch_request(context.instance, batch.key, "", tags,

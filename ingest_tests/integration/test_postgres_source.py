@@ -130,6 +130,8 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
 def test_after_the_first_batch_a_run_names_only_the_tables_the_slot_shows_changed(pg, harness):
     from ingest.lake.commits import table_version
     from ingest.lake.tables import table_location
+    from ingest.sources.postgres.cdc import slot_state
+    from ingest.sources.postgres.slot import peek_batch_tables
 
     harness.snapshot()
     with pg.connect() as conn:
@@ -143,6 +145,11 @@ def test_after_the_first_batch_a_run_names_only_the_tables_the_slot_shows_change
     before = versions()
     with pg.connect() as conn:
         conn.execute("UPDATE customers SET name = 'one table' WHERE id = 2")
+        head = slot_state(conn, "pgshop", "pgshop_slot").head
+        peeked = peek_batch_tables(conn, "pgshop_slot", "shop_pub", head)
+        assert "public.customers" in peeked.tables and peeked.messages >= 4  # BEGIN, RELATION, UPDATE, COMMIT
+        # with as many messages as the limit, the peek may have stopped early: it cannot tell
+        assert peek_batch_tables(conn, "pgshop_slot", "shop_pub", head, limit=peeked.messages).tables is None
     assert harness.sync() is not None
     assert harness.newest_run_assets() == {"pgshop/customers/changes", "pgshop/customers", "pgshop/_batch_log"}
     after = versions()

@@ -111,10 +111,7 @@ def has_changes(conn, slot: str, publication: str, upto: Lsn) -> bool:
     """Whether a transaction that changed a published table commits before `upto`: the decoder stops at
     the first one. pgoutput (PostgreSQL 15) sends nothing for transactions that changed no published
     table, so activity elsewhere in the database makes no batch."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, 1, "
-                    "'proto_version', '1', 'publication_names', %s)", (slot, str(upto), publication))
-        return cur.fetchone()[0] > 0
+    return peek_batch_tables(conn, slot, publication, upto, limit=1).messages > 0
 
 
 def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
@@ -125,10 +122,16 @@ def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
     return frozenset(table_name(decode(m)) for m in messages if m[:1] == b"R")
 
 
-def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn,
-                      limit: int = PEEK_MAX_MESSAGES) -> frozenset[str] | None:
-    """The tables (schema.table) with changes the slot holds before `upto`; None when there are more
-    than `limit` messages to look at.
+@dataclass(frozen=True)
+class SlotPeek:
+    messages: int
+    """pgoutput messages of the transactions looked at (0: no transaction changed a published table)."""
+    tables: frozenset[str] | None
+    """schema.table of every table they change; None when there were more than the limit to look at."""
+
+
+def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int = PEEK_MAX_MESSAGES) -> SlotPeek:
+    """Whether the slot holds changes before `upto`, and to which tables (schema.table).
 
     Each peek is a decoding session of its own, and pgoutput describes a table (RELATION) before the
     session's first change to it, so the RELATION messages name every table changed: those of the
@@ -140,4 +143,4 @@ def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn,
                     "'publication_names', %s)", (slot, str(upto), limit, publication))
         count, relations = cur.fetchone()
     # the decoder finishes the transaction in which it reaches `limit`: at `limit` it may have stopped early
-    return None if count >= limit else relation_names(bytes(r) for r in relations)
+    return SlotPeek(count, None if count >= limit else relation_names(bytes(r) for r in relations))
