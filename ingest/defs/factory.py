@@ -24,7 +24,7 @@ from ingest.sources.mysql.cdc import read_change_batch, retry_batch_read
 from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BinlogPosition
-from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
+from ingest.sources.mysql.schema import connection_params, describe_table, describe_tables, list_tables
 from ingest.adapters.mysql import SnapshotWrite
 
 KINDS_MYSQL = {"mysql", "delta", "spark"}
@@ -97,20 +97,19 @@ def check_history(name: str, source: MySQLSource, tables: list[str], config: Sou
         conn = with_field(connection_params(source), connect_timeout=3).connect()
     except Exception:
         return
-    with conn:
-        existing = set(list_tables(conn, source.database))
-        for t in wanted:
-            if t not in existing:
-                continue
-            try:
-                describe_table(conn, source.database, t, exclude=source.tables.excluded_columns(t))
-            except NoPrimaryKey:
-                raise ConfigError(
-                    f"{config.path}: sources.{name}.tables.history names `{source.database}.{t}`, which has no "
-                    "primary key: SCD2 history tells the versions of a row apart by its key. Fix: add a primary "
-                    f"key to {t}, or take it out of tables.history") from None
-            except Exception:
-                continue  # other problems belong to the snapshot, which names them
+    try:
+        with conn:
+            existing = set(list_tables(conn, source.database))
+            described = describe_tables(conn, source.database, [t for t in wanted if t in existing],
+                                        source.tables.excluded_columns)
+    except Exception:
+        return
+    for t, schema in described.items():  # other problems belong to the snapshot, which names them
+        if isinstance(schema, NoPrimaryKey):
+            raise ConfigError(
+                f"{config.path}: sources.{name}.tables.history names `{source.database}.{t}`, which has no "
+                "primary key: SCD2 history tells the versions of a row apart by its key. Fix: add a primary "
+                f"key to {t}, or take it out of tables.history")
 
 
 def excluded_metadata(source: MySQLSource, table: str) -> dict:
@@ -149,15 +148,16 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
             captured = {}
             with params.connect() as conn:
                 existing = set(list_tables(conn, source.database))
-                for t in tables:
-                    if t not in existing:
-                        continue
-                    try:
-                        captured[t] = describe_table(
-                            conn, source.database, t, f"{config.path}: sources.{name}.tables.include ({t})",
-                            source.tables.excluded_columns(t)).captured()
-                    except (NoPrimaryKey, UnsupportedColumnType) as exc:
-                        skipped[t] = str(exc)  # this table waits for a fix; the others go on
+                described = describe_tables(conn, source.database, [t for t in tables if t in existing],
+                                            source.tables.excluded_columns,
+                                            lambda t: f"{config.path}: sources.{name}.tables.include ({t})")
+            for t, schema in described.items():
+                if isinstance(schema, (NoPrimaryKey, UnsupportedColumnType)):
+                    skipped[t] = str(schema)  # this table waits for a fix; the others go on
+                elif isinstance(schema, Exception):
+                    raise schema  # e.g. dropped since the list: the batch runs again
+                else:
+                    captured[t] = schema.captured()
             for t in tables:
                 if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
                     recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
@@ -381,11 +381,12 @@ def latest_metadata(instance, key: AssetKey) -> dict:
 
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:
     """The server_id recorded by the newest change batch of the source, if any."""
-    keys = [AssetKey([name, SOURCE_BATCH_LOG]), *(table_key(name, t, CHANGES) for t in tables)]
-    recorded = latest_metadata_of(instance, keys)
-    for key in keys:
-        if (server_id := recorded[key].get("server_id")) is not None:
-            return int(server_id.value)
+    # the batch log records it with every batch; tables' bronze only for batches from before it did
+    for keys in ([AssetKey([name, SOURCE_BATCH_LOG])], [table_key(name, t, CHANGES) for t in tables]):
+        recorded = latest_metadata_of(instance, keys)
+        for key in keys:
+            if (server_id := recorded[key].get("server_id")) is not None:
+                return int(server_id.value)
     return None
 
 

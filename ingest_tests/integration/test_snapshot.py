@@ -130,6 +130,25 @@ def test_missing_table_no_primary_key_and_excluded_key_are_clear(root, params):
         assert schema.column_names == ["id", "v"] and schema.excluded == ("g", "gone")
 
 
+def test_many_tables_are_described_in_one_go_each_as_alone(root, params):
+    from ingest.sources.mysql.schema import describe_tables
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE Mixed (ID BIGINT PRIMARY KEY, Note TEXT)")  # names differ from mixed's by case only
+        cur.execute("CREATE TABLE mixed (k1 INT, k2 VARCHAR(10), v DATE, PRIMARY KEY (k2, k1))")
+        cur.execute("CREATE TABLE keyless (a INT)")
+    names = ["Mixed", "mixed", "keyless", "absent"]
+    with params.connect() as conn:
+        together = describe_tables(conn, params.database, names, lambda t: frozenset({"v"} if t == "mixed" else ()))
+        assert list(together) == names
+        assert together["mixed"].primary_key == ("k2", "k1") and together["mixed"].column_names == ["k1", "k2"]
+        assert together["Mixed"].primary_key == ("ID",) and together["Mixed"].column_names == ["ID", "Note"]
+        assert isinstance(together["keyless"], NoPrimaryKey) and isinstance(together["absent"], TableNotFound)
+        for t in ("Mixed", "mixed"):  # the same schema as describing the table alone
+            assert together[t] == describe_table(conn, params.database, t, exclude=frozenset({"v"} if t == "mixed"
+                                                                                         else ()))
+
+
 def test_hostile_table_names_are_quoted(spark, root, params, tmp_path):
     name = "we`ird; DROP TABLE x; -- \u00e9"
     with root.cursor() as cur:

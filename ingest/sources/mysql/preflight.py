@@ -104,7 +104,7 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
 
     from ingest.sources.mysql.binlog import REQUIRED_SETTINGS, binlog_expiry_seconds, wrong_binlog_settings
     from ingest.sources.mysql.errors import MySQLSourceError, NoPrimaryKey, TableNotFound
-    from ingest.sources.mysql.schema import connection_params, describe_table, list_tables
+    from ingest.sources.mysql.schema import connection_params, describe_tables, list_tables
     from ingest.sources.mysql.types import MySQLColumn
 
     subject = f"source {name}"
@@ -152,6 +152,8 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
             findings.append(Finding(OK, subject, "grants: SELECT, REPLICATION SLAVE, REPLICATION CLIENT"))
 
         existing = set(list_tables(conn, source.database))
+        described = describe_tables(conn, source.database, [t for t in tables if t in existing],
+                                    source.tables.excluded_columns)
         for table in tables:
             ref = f"{source.database}.{table}"
             if table not in existing:
@@ -159,14 +161,11 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
                                                    "Fix: correct the name in tables.include, or grant SELECT on it"))
                 continue
             excluded = source.tables.excluded_columns(table)
-            try:
-                schema = describe_table(conn, source.database, table, exclude=excluded)
-            except (NoPrimaryKey, TableNotFound) as exc:
-                findings.append(Finding(FAIL, ref, str(exc)))
+            schema = described[table]
+            if isinstance(schema, (NoPrimaryKey, TableNotFound)):
+                findings.append(Finding(FAIL, ref, str(schema)))
                 continue
-            except MySQLSourceError:  # a column type: listed column by column below
-                schema = None
-            if schema is None:
+            if isinstance(schema, MySQLSourceError):  # a column type: listed column by column
                 cur.execute("SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
                             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (source.database, table))
                 columns = [MySQLColumn(r[0], r[1].lower(), r[2]) for r in cur.fetchall()]

@@ -7,12 +7,13 @@ for old events (it decodes with the table map of each event's own time).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pymysql
 
 from ingest.config import MySQLSource
-from ingest.sources.mysql.errors import NoPrimaryKey, SourceUnreachable, TableNotFound
+from ingest.sources.mysql.errors import MySQLSourceError, NoPrimaryKey, SourceUnreachable, TableNotFound
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.types import DECLARED_ONLY, ColumnType, MySQLColumn, column_type
 
@@ -153,26 +154,55 @@ def describe_table(conn, database: str, table: str, config_ref: str = "",
                    exclude: frozenset[str] = frozenset()) -> TableSchema:
     """Columns and primary key of one table, less the `exclude`d columns; TableNotFound / NoPrimaryKey /
     UnsupportedColumnType name the config key and the fix."""
+    described = describe_tables(conn, database, [table], lambda t: exclude, lambda t: config_ref)[table]
+    if isinstance(described, MySQLSourceError):
+        raise described
+    return described
+
+
+def describe_tables(conn, database: str, tables: Sequence[str],
+                    exclude: Callable[[str], frozenset[str]] = lambda t: frozenset(),
+                    config_ref: Callable[[str], str] = lambda t: "") -> dict[str, TableSchema | MySQLSourceError]:
+    """Each table described as describe_table does, or the error describe_table would raise, in two
+    queries whatever their number (a batch of a 500-table source asked 1,000)."""
+    columns: dict[str, list[tuple]] = {t: [] for t in tables}
+    keys: dict[str, list[str]] = {t: [] for t in tables}
+    if tables:
+        names = ", ".join(["%s"] * len(tables))
+        with conn.cursor() as cur:
+            # information_schema may compare names without case: rows are filed by their exact name
+            cur.execute(
+                "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+                "DATETIME_PRECISION, IS_NULLABLE, CHARACTER_OCTET_LENGTH FROM information_schema.COLUMNS "
+                f"WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) ORDER BY TABLE_NAME, ORDINAL_POSITION",
+                (database, *tables))
+            for row in cur.fetchall():
+                columns.get(row[0], []).append(row[1:])
+            cur.execute(
+                "SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+                f"AND TABLE_NAME IN ({names}) AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_NAME, ORDINAL_POSITION",
+                (database, *tables))
+            for table, column in cur.fetchall():
+                keys.get(table, []).append(column)
+    described: dict[str, TableSchema | MySQLSourceError] = {}
+    for t in tables:
+        try:
+            described[t] = table_schema(database, t, columns[t], tuple(keys[t]), config_ref(t), exclude(t))
+        except MySQLSourceError as exc:
+            described[t] = exc
+    return described
+
+
+def table_schema(database: str, table: str, rows: Sequence[tuple], pk: tuple[str, ...], config_ref: str = "",
+                 exclude: frozenset[str] = frozenset()) -> TableSchema:
+    """The table's schema from its information_schema.COLUMNS rows (name, data type, column type,
+    precision, scale, datetime precision, nullable, octet length) and primary key (pure)."""
     where = f"{config_ref}: " if config_ref else ""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
-            "IS_NULLABLE, CHARACTER_OCTET_LENGTH FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-            "ORDER BY ORDINAL_POSITION",
-            (database, table),
+    if not rows:
+        raise TableNotFound(
+            f"{where}table {database}.{table} does not exist (or the ingest user cannot see it). "
+            "Fix: correct the name in tables.include, or grant SELECT on it"
         )
-        rows = cur.fetchall()
-        if not rows:
-            raise TableNotFound(
-                f"{where}table {database}.{table} does not exist (or the ingest user cannot see it). "
-                "Fix: correct the name in tables.include, or grant SELECT on it"
-            )
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (database, table),
-        )
-        pk = tuple(r[0] for r in cur.fetchall())
     if not pk:
         raise NoPrimaryKey(
             f"{where}table {database}.{table} has no primary key, so its changes cannot be merged by key. "
