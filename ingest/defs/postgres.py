@@ -101,10 +101,10 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
 
 def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions: DynamicPartitionsDefinition,
                 lake_root: str) -> SensorDefinition:
-    log_key = AssetKey([name, SOURCE_BATCH_LOG])
-    log_path = source_batch_log_location(lake_root, name)
     from ingest.defs.sensors import source_batch_selection
 
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    log_path = source_batch_log_location(lake_root, name)
     batch_assets = source_batch_selection(name, source, tables)
     tags = {SOURCE_TAG: name}
     slot = source.slot_name(name)

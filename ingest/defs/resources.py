@@ -36,7 +36,7 @@ class SparkResource(PySparkResource):
         default_factory=dict, description="`spark.remote`: a running Spark Connect server (sc://host:port); "
                                           "leave it out for the embedded local server.")
     s3: Optional[LakeS3] = Field(default=None, description="For a lake on S3: endpoint, region and "
-                                                               "credentials, given to the local server's S3A.")
+                                                           "credentials, given to the local server's S3A.")
 
     def setup_for_execution(self, context) -> None:
         pass  # lazy: runs that never touch Spark (a failing source read) never connect

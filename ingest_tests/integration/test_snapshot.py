@@ -130,7 +130,7 @@ def test_missing_table_no_primary_key_and_excluded_key_are_clear(root, params):
         assert schema.column_names == ["id", "v"] and schema.excluded == ("g", "gone")
 
 
-def test_many_tables_are_described_in_one_go_each_as_alone(root, params):
+def test_tables_described_together_each_get_what_describing_them_alone_gives(root, params):
     from ingest.sources.mysql.schema import describe_tables
 
     with root.cursor() as cur:

@@ -137,7 +137,7 @@ def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int =
     session's first change to it, so the RELATION messages name every table changed: those of the
     batch, and of any older transaction the slot still holds (the batch's reader leaves these out; naming
     a table too many costs a planned event). Only RELATION messages cross the wire."""
-    with conn.cursor() as cur:
+    with conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
         cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
                     "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
                     "'publication_names', %s)", (slot, str(upto), limit, publication))
