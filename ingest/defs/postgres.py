@@ -158,7 +158,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
             if batch is None:
                 return Idle(f"WAL head at {state.head}: nothing new since {start}", moved)
             peeked = peek_batch_tables(conn, slot, source.publication, batch.end)
-            if not peeked.messages and state.head.value - start.value < EMPTY_BATCH_BYTES:
+            if peeked.messages == 0 and state.head.value - start.value < EMPTY_BATCH_BYTES:
                 return Idle(f"no transaction changed a table of source {name} before the WAL head "
                             f"{state.head} (slot {slot} holds {state.retained_bytes} bytes of WAL)", moved)
         # after the first batch a run names only the tables the batch touches (see named_tables)

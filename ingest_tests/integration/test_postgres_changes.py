@@ -158,3 +158,30 @@ def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start
             cur.execute("SELECT region, id, price, seen, tags FROM items")
             want = {(r[0], r[1]): (r[2], r[3].replace(tzinfo=None), r[4]) for r in cur.fetchall()}
         assert got == want and len(got) == 850 and got[("eu", 7)][0] == 0
+
+
+def test_a_peek_longer_than_its_time_says_the_slot_may_have_changes_and_names_no_tables(pg):
+    """The decoder stops only at a transaction's end: one huge transaction would hold the sensor's tick past
+    Dagster's limit on every tick. Cut at its time, the peek says what a peek over its limit says."""
+    from ingest.sources.postgres.slot import has_changes, peek_batch_tables
+
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE wide_txn (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION wide_pub FOR TABLE wide_txn")
+        conn.execute("SELECT pg_create_logical_replication_slot('wide_slot', 'pgoutput')")
+        try:
+            conn.execute("INSERT INTO wide_txn SELECT g FROM generate_series(1, 300000) g")  # ~0.7 s to decode
+            state = slot_state(conn, "shop", "wide_slot")
+
+            assert peek_batch_tables(conn, "wide_slot", "wide_pub", state.head, seconds=0.05) == \
+                peek_batch_tables(conn, "wide_slot", "wide_pub", state.head, seconds=0.05, limit=10**6)
+            cut = peek_batch_tables(conn, "wide_slot", "wide_pub", state.head, seconds=0.05)
+            assert cut.messages is None and cut.tables is None
+            assert has_changes(conn, "wide_slot", "wide_pub", state.head, seconds=0.05)
+
+            # the connection is usable after the cancel, and given the time the same peek tells all
+            whole = peek_batch_tables(conn, "wide_slot", "wide_pub", state.head, limit=10**6, seconds=60)
+            assert whole.messages == 300_000 + 3 and whole.tables == {"public.wide_txn"}  # BEGIN, RELATION, COMMIT
+            assert slot_state(conn, "shop", "wide_slot").confirmed == state.confirmed  # a peek consumes nothing
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot('wide_slot')")

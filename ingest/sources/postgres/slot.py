@@ -24,6 +24,11 @@ PEEK_MAX_MESSAGES = 5000
 """Messages the sensor decodes at most to tell which tables a batch touches: a larger batch names every
 table, whose cost is then small against the batch's own."""
 
+PEEK_SECONDS = 10.0
+"""How long the sensor lets the server decode for a peek. The decoder stops only at a transaction's end, and
+one transaction of tens of millions of rows takes minutes (2.3 s a million rows here): unbounded, such a
+peek outlasts the sensor's tick (Dagster cancels a tick after 60 s), on every tick, and no batch ever runs."""
+
 
 def peek(conn, slot: str, publication: str, upto: Lsn | None = None) -> Iterator[bytes]:
     """The pgoutput messages of the transactions committed before `upto` (None: all there are now)."""
@@ -107,11 +112,11 @@ def ensure_slot(conn, slot: str) -> bool:
     return True
 
 
-def has_changes(conn, slot: str, publication: str, upto: Lsn) -> bool:
+def has_changes(conn, slot: str, publication: str, upto: Lsn, seconds: float = PEEK_SECONDS) -> bool:
     """Whether a transaction that changed a published table commits before `upto`: the decoder stops at
     the first one. pgoutput (PostgreSQL 15) sends nothing for transactions that changed no published
-    table, so activity elsewhere in the database makes no batch."""
-    return peek_batch_tables(conn, slot, publication, upto, limit=1).messages > 0
+    table, so activity elsewhere in the database makes no batch. A peek cut at `seconds` says yes: it may."""
+    return peek_batch_tables(conn, slot, publication, upto, limit=1, seconds=seconds).messages != 0
 
 
 def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
@@ -124,23 +129,33 @@ def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class SlotPeek:
-    messages: int
-    """pgoutput messages of the transactions looked at (0: no transaction changed a published table)."""
+    messages: int | None
+    """pgoutput messages of the transactions looked at (0: no transaction changed a published table; None:
+    the decoding took longer than the peek's time, so there may be any number)."""
     tables: frozenset[str] | None
-    """schema.table of every table they change; None when there were more than the limit to look at."""
+    """schema.table of every table they change; None when there were more than the limit to look at, or
+    the decoding took longer than the peek's time."""
 
 
-def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int = PEEK_MAX_MESSAGES) -> SlotPeek:
+def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int = PEEK_MAX_MESSAGES,
+                      seconds: float = PEEK_SECONDS) -> SlotPeek:
     """Whether the slot holds changes before `upto`, and to which tables (schema.table).
 
     Each peek is a decoding session of its own, and pgoutput describes a table (RELATION) before the
     session's first change to it, so the RELATION messages name every table changed: those of the
     batch, and of any older transaction the slot still holds (the batch's reader leaves these out; naming
-    a table too many costs a planned event). Only RELATION messages cross the wire."""
-    with conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
-        cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
-                    "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
-                    "'publication_names', %s)", (slot, str(upto), limit, publication))
-        count, relations = cur.fetchone()
+    a table too many costs a planned event). Only RELATION messages cross the wire. The server cancels
+    the decoding after `seconds` (statement_timeout): the peek then cannot tell."""
+    import psycopg
+
+    try:
+        with conn.transaction(), conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
+            cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, round(seconds * 1000))}ms",))
+            cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
+                        "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
+                        "'publication_names', %s)", (slot, str(upto), limit, publication))
+            count, relations = cur.fetchone()
+    except psycopg.errors.QueryCanceled:
+        return SlotPeek(None, None)
     # the decoder finishes the transaction in which it reaches `limit`: at `limit` it may have stopped early
     return SlotPeek(count, None if count >= limit else relation_names(bytes(r) for r in relations))
