@@ -5,6 +5,8 @@
     pg_cdc_<N>_events         ours: every batch the sensor would cut, read from the slot into bronze, then merged
                               into silver; baseline: psycopg draining the same range of pgoutput messages from
                               the slot (pg_logical_slot_peek_binary_changes, no decoding)
+    pg_large_txn_rss          the run's process (the client) while one batch of a single transaction of 1M
+                              inserts lands, against one of 10k: flat when executors read large batches
 """
 
 from __future__ import annotations
@@ -69,8 +71,11 @@ def drain(conn, slot: str, publication: str, upto) -> tuple[float, int]:
     return time.perf_counter() - started, n
 
 
-def our_cdc(spark, conn, table: str, lake: Path, start, head, log) -> tuple[float, int, int]:
-    from ingest.lake.bronze import bronze_writes
+def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log) -> tuple[float, int, int, dict]:
+    """Every batch the sensor would cut from `start` to `head`, as a batch run lands it (a large one read
+    by executors, `cdc.executor_min_bytes` at its default)."""
+    from ingest.adapters.postgres import change_batch_writes
+    from ingest.config import PostgresCdcSettings
     from ingest.lake.silver import SilverFromBatch
     from ingest.lake.tables import LakeTable
     from ingest.sources.postgres.cdc import plan_next_batch, read_change_batch
@@ -82,11 +87,12 @@ def our_cdc(spark, conn, table: str, lake: Path, start, head, log) -> tuple[floa
     phases = {"read": 0.0, "bronze": 0.0, "silver": 0.0}
     while (batch := plan_next_batch(last_end, start, head)) is not None:
         t0 = time.perf_counter()
-        got = read_change_batch(conn, "bench", "bench_slot", "bench_pub", batch, [f"public.{table}"])
+        got = read_change_batch(conn, "bench", "bench_slot", "bench_pub", batch, [f"public.{table}"],
+                                PostgresCdcSettings().executor_min_bytes)
         t1 = time.perf_counter()
-        for write in bronze_writes("bench", got).values():
-            write.apply(spark, bronze, quiet)
-            changes += len(write.records)
+        for write in change_batch_writes("bench", params, "bench_slot", "bench_pub", got,
+                                         {f"public.{table}": f"public.{table}"}).values():
+            changes += write.apply(spark, bronze, quiet)["rows"]
         t2 = time.perf_counter()
         SilverFromBatch("bench", table, LakeTable(spark, bronze, batch.key), LakeTable(spark, snap),
                         batch_required=False).apply(spark, silver, quiet)
@@ -98,6 +104,36 @@ def our_cdc(spark, conn, table: str, lake: Path, start, head, log) -> tuple[floa
         log(f"batch {batches} {batch.key}: {changes:,} changes so far, {time.perf_counter() - started:.1f} s "
             f"(read {t1 - t0:.1f} s, bronze {t2 - t1:.1f} s, silver {time.perf_counter() - t2:.1f} s)")
     return time.perf_counter() - started, changes, batches, phases
+
+
+def large_txn(spark, conn, params, lake: Path, small: int, large: int, log) -> Result:
+    """The run's own process while one batch holding a single transaction of `large` inserts goes through
+    bronze and silver, against one of `small`: flat means the ratio stays near 1 (executors read it)."""
+    import os
+
+    from bench.common import PeakRss
+    from ingest.sources.postgres.slot import advance, current_lsn
+
+    peaks, seconds = {}, {}
+    for rows in (small, large):
+        table = f"txn_{rows}"
+        load(conn, table, 0)
+        conn.execute(f"ALTER PUBLICATION bench_pub ADD TABLE {table}")
+        our_snapshot(spark, params, table, str(lake / f"{table}_snap"), log)
+        start = current_lsn(conn)
+        advance(conn, "bench_slot", start)
+        conn.execute(f"INSERT INTO {table} " + FILL.format(lo=1, hi=rows))  # autocommit: one transaction
+        head = current_lsn(conn)
+        with PeakRss(os.getpid(), tree=False) as rss:  # the client: the Spark server is a child of this process
+            seconds[rows], changes, _, _ = our_cdc(spark, conn, params, table, lake, start, head, log)
+        assert changes == rows, (changes, rows)
+        peaks[rows] = rss.peak / 2**20
+        log(f"one transaction of {rows:,} inserts: {seconds[rows]:.1f} s, client peak RSS {peaks[rows]:,.0f} MiB")
+    return Result("pg_large_txn_rss", peaks[large], f"same_for_{_label(small)}_rows", peaks[small], "MiB",
+                  higher_is_better=False, target=1.1,
+                  details={"small_rows": small, "large_rows": large, "seconds": seconds,
+                           "measured": "RSS of this (client) process alone, sampled every 0.2 s, while the batch "
+                                       "is read into bronze and merged into silver"})
 
 
 def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -> list[Result]:
@@ -128,6 +164,7 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
             conn.execute(f"DROP TABLE IF EXISTS snap_{label}")
             load(conn, "cdc", 0)
             conn.execute("CREATE PUBLICATION bench_pub FOR TABLE cdc")
+            large = large_txn(spark, conn, params, lake, 10_000, 1_000_000, log)  # first: no earlier batch's RSS
             our_snapshot(spark, params, "cdc", str(lake / "cdc_snap"), log)
             start = current_lsn(conn)
             advance(conn, "bench_slot", start)  # both readers decode from here, not from the loads above
@@ -136,7 +173,7 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
             head = current_lsn(conn)
             drain_s, messages = drain(conn, "bench_slot", "bench_pub", head)
             log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
-            cdc_s, changes, batches, phases = our_cdc(spark, conn, "cdc", lake, start, head, log)
+            cdc_s, changes, batches, phases = our_cdc(spark, conn, params, "cdc", lake, start, head, log)
             assert changes == events, (changes, events)
         details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, "chunk_size": 100_000,
                         "parallelism": 2, "chunks_per_commit": 16}
@@ -148,6 +185,7 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
                    "rows/s", target=1.0, details=details_snap),
             Result(f"pg_cdc_{_label(events)}_events", events / cdc_s, "psycopg_pgoutput_drain", events / drain_s,
                    "events/s", target=1.0, details=details_cdc),
+            large,
         ]
     finally:
         server.stop()

@@ -67,6 +67,9 @@ class TableChanges:
     """Sliced only: the positions of the table's TRUNCATE records, as the planning pass saw them."""
     newest: dt.datetime | None = None
     """Sliced only: when the table's newest change in the batch committed, as the planning pass saw it."""
+    unchanged: bool = False
+    """Sliced only: a change did not send a value it left as it was (PostgreSQL's TOAST): bronze gets
+    `_unchanged`."""
 
 
 @dataclass(frozen=True)

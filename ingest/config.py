@@ -88,6 +88,15 @@ class CdcSettings(BatchRetries):
     run itself, which starts no Spark job for it. 0: every batch on the executors."""
 
 
+class PostgresCdcSettings(CdcSettings):
+    executor_min_bytes: Annotated[int, Field(ge=0)] = 64 * 2**20
+    """A batch spanning at least this many bytes of WAL is only planned by the run, as it streams by (its
+    columns, TRUNCATEs and newest commit), and Spark's executors read each table's changes from the slot:
+    no change of it is held by the run's process, however large one transaction. A smaller one is read
+    by the run itself, which decodes it once instead of twice and starts no Spark job to read it.
+    0: every batch on the executors."""
+
+
 class ColumnSelection(_Model):
     exclude: list[str] = Field(min_length=1)
     """Columns left out on both paths (snapshot and binlog), e.g. a GEOMETRY column nobody reads.
@@ -311,8 +320,9 @@ class PostgresSource(_Model):
     """Which tables land in the lake (names without the schema). `history` is not available for this kind yet."""
     snapshot: SnapshotSettings = SnapshotSettings()
     """Default snapshot settings for every table of the source."""
-    cdc: CdcSettings = CdcSettings()
-    """How often the sensor polls the WAL head (`max_batch_files` and `executor_min_bytes` do not apply)."""
+    cdc: PostgresCdcSettings = PostgresCdcSettings()
+    """How often the sensor polls the WAL head, and which batches executors read (`max_batch_files` does
+    not apply)."""
     connect_timeout: Annotated[int, Field(ge=1, le=600)] = 10
     """Seconds to wait for a connection before failing."""
 

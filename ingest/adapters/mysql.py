@@ -25,8 +25,6 @@ from ingest.sources.mysql.types import column_type
 
 DATA_SOURCE_NAME = "ingest_mysql_chunks"
 SLICES_SOURCE_NAME = "ingest_mysql_binlog_slices"
-ARROW_ROWS = 10_000
-"""Changes an executor converts to Arrow at a time: its memory holds this many, whatever the slice."""
 
 
 def snapshot_ddl(schema: TableSchema) -> str:
@@ -288,6 +286,7 @@ def read_slice(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_
     """One slice of a batch (executor side): its rows events for one table decoded by the same code as
     a batch read in the driver (binlog.scan_batch), as Arrow record batches of bronze rows."""
     from ingest.lake.bronze import BronzeRows
+    from ingest.lake.datasource import ARROW_ROWS
     from ingest.sources.mysql.binlog import BatchResult, scan_batch
     from ingest.sources.mysql.events import CapturedTable
     from ingest.sources.mysql.positions import BatchRange

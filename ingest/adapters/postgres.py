@@ -26,6 +26,7 @@ from typing import Any
 from ingest.sources.postgres.positions import Lsn
 
 DATA_SOURCE_NAME = "ingest_postgres_chunks"
+CHANGES_SOURCE_NAME = "ingest_postgres_changes"
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,28 @@ def column_array(ctype, texts, arrow_type):
     return pa.array(convert_column(ctype, texts.to_pylist()), type=arrow_type)
 
 
+def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Iterator[Any]:
+    """One table's changes in a batch the driver only planned (executor side): streamed from the slot and
+    turned into bronze rows by the code of a batch read in the driver, ARROW_ROWS at a time."""
+    from ingest.lake.bronze import records_arrow
+    from ingest.lake.datasource import ARROW_ROWS
+    from ingest.sources.postgres.cdc import table_changes
+    from ingest.sources.postgres.positions import LsnRange
+
+    params = PgParams(**spec["conn"], password=options["password"])
+    columns = [tuple(c) for c in spec["columns"]]
+    with params.connect() as conn:
+        records = []
+        for record in table_changes(conn, spec["source"], spec["slot"], spec["publication"],
+                                    LsnRange.from_key(spec["batch"]), part["table"]):
+            records.append(record)
+            if len(records) >= ARROW_ROWS:
+                yield from records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
+                records = []
+        if records:
+            yield from records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
+
+
 # ---------------------------------------------------------------- driver side
 
 def chunk_schema(table, contracts, types) -> tuple[str, list[dict]]:
@@ -126,6 +149,34 @@ def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], 
             "groups": [[{"lo": lo, "hi": hi} for lo, hi in ranges[i::n]] for i in range(n)]}
     return (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
             .option("password", params.password).load())
+
+
+def change_batch_writes(source: str, params: PgParams, slot: str, publication: str, batch, qualified: dict[str, str]):
+    """A change batch as bronze writes (lake.bronze.ChangeBatch): the tables a large batch only planned
+    (TableChanges.sliced) get a DataFrame that an executor reads from the slot; `qualified`: each
+    table's schema.table by its name in the batch."""
+    from functools import partial
+
+    from ingest.lake.bronze import bronze_writes
+
+    frames = {t: partial(table_changes_df, params=params, source=source, slot=slot, publication=publication,
+                         table=qualified[t], changes=changes, batch_key=batch.key)
+              for t, changes in batch.tables.items() if changes.sliced}
+    return bronze_writes(source, batch, frames)
+
+
+def table_changes_df(spark, *, params: PgParams, source: str, slot: str, publication: str, table: str, changes,
+                     batch_key: str):
+    """One table's changes in a batch (TableChanges, sliced) as a DataFrame of bronze rows, one partition."""
+    from ingest.lake.bronze import bronze_ddl
+    from ingest.lake.datasource import register_reader
+
+    register_reader(spark, CHANGES_SOURCE_NAME, read_table_changes, "parts")
+    spec = {"conn": {k: v for k, v in asdict(params).items() if k != "password"}, "source": source, "slot": slot,
+            "publication": publication, "columns": [list(c) for c in changes.columns], "batch": batch_key,
+            "parts": [{"table": table}]}
+    return (spark.read.format(CHANGES_SOURCE_NAME).option("ddl", bronze_ddl(changes.columns, changes.unchanged))
+            .option("spec", json.dumps(spec)).option("password", params.password).load())
 
 
 @dataclass(frozen=True)
@@ -219,9 +270,9 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
     from ingest.lake.merge import live_rows
     from ingest.lake.reconcile import Reconciliation, compare
     from ingest.lake.write import lake_columns
-    from ingest.sources.postgres.changes import change_records
     from ingest.sources.postgres.cdc import RelationContracts
-    from ingest.sources.postgres.pgoutput import transactions
+    from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.pgoutput import changes
     from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
     from ingest.sources.postgres.slot import exported_snapshot, peek
     from ingest.sources.postgres.snapshot import boundaries, key_ranges
@@ -247,7 +298,7 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
 
         def changed_since() -> set[tuple]:
             keys: set[tuple] = set()
-            for record in change_records(transactions(peek(conn, slot, publication, at.consistent_point)),
+            for record in change_records(changes(peek(conn, slot, publication, at.consistent_point)),
                                          {table.name}, RelationContracts(conn)):
                 if record.pos >= position.row_pos():
                     keys.add(tuple(record.row.get(k) for k in table.primary_key))

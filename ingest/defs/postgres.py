@@ -75,22 +75,25 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
     def read(context: AssetExecutionContext, batch: str):
         from dataclasses import replace
 
+        from ingest.adapters.postgres import change_batch_writes
         from ingest.changes import SourceBatch
-        from ingest.lake.bronze import bronze_writes
         from ingest.sources.postgres.cdc import read_change_batch
         from ingest.sources.postgres.positions import LsnRange
 
-        with pg_params(source).connect() as conn:
-            got = read_change_batch(conn, name, source.slot_name(name), source.publication, LsnRange.from_key(batch),
-                                    [source.qualified(t) for t in tables])
+        params, slot = pg_params(source), source.slot_name(name)
+        with params.connect() as conn:  # a large batch is only planned here: executors read its changes
+            got = read_change_batch(conn, name, slot, source.publication, LsnRange.from_key(batch),
+                                    [source.qualified(t) for t in tables], source.cdc.executor_min_bytes)
         by_name = {source.qualified(t): t for t in tables}
         changes = {by_name[q]: replace(c, records=[replace(r, table=by_name[q]) for r in c.records])
                    for q, c in got.tables.items()}
-        return bronze_writes(name, SourceBatch(got.key, changes, got.positions, got.extra))
+        return change_batch_writes(name, params, slot, source.publication,
+                                   SourceBatch(got.key, changes, got.positions, got.extra),
+                                   {t: source.qualified(t) for t in tables})
 
     text = BatchAssetText(
-        "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place in the "
-        "transaction), commit time, xid, and `_unchanged` where an update did not send a TOASTed value.",
+        "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place among the "
+        "transaction's changes to the table), commit time, xid, and `_unchanged` where an update did not send a TOASTed value.",
         f"Reads replication slot {source.slot_name(name)} of {source.host}:{source.port} (publication "
         f"{source.publication}) once per change batch, appends bronze and merges silver for the tables it changed, "
         "and records the batch in the batch log; the partition key is the commit-LSN range [start, end). The "

@@ -88,12 +88,12 @@ def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, 
                   arrow_schema=None):
     """One table's changes as an Arrow table of bronze rows (in the driver, or on an executor that
     decoded them). `arrow_schema`: the bronze schema's Arrow form, when the caller has it already."""
-    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     unchanged = [[lake_name(n) for n, v in r.row.items() if v is UNCHANGED] for r in records]
-    with_unchanged = any(unchanged)
-    if arrow_schema is None or with_unchanged:
+    declared = arrow_schema is not None and UNCHANGED_COLUMN in arrow_schema.names  # an executor's DDL has it
+    with_unchanged = any(unchanged) or declared
+    if arrow_schema is None or (with_unchanged and not declared):
         arrow_schema = to_arrow_schema(bronze_schema(columns, with_unchanged), timezone="UTC")
     data: list[list[Any]] = [[None if (v := r.row.get(n)) is UNCHANGED else v for r in records] for n, _ in columns]
     data += [

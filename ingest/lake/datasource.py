@@ -7,6 +7,9 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+ARROW_ROWS = 10_000
+"""Changes an executor converts to Arrow at a time: its memory holds this many, whatever the batch."""
+
 
 def register_reader(spark, name: str, read_part: Callable[[dict[str, Any], dict[str, str], Any, Any], Iterator[Any]],
                     parts_key: str) -> None:

@@ -160,6 +160,90 @@ def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start
         assert got == want and len(got) == 850 and got[("eu", 7)][0] == 0
 
 
+def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(pg, spark, tmp_path):
+    """A batch of executor_min_bytes or more is only planned in the run: an executor reads each table's
+    changes from the slot. Bronze gets the same rows, `_pos` and `_unchanged` included, and the same
+    TRUNCATE positions and newest commit as from the same batch read in the run, which holds no change."""
+    from ingest.adapters.postgres import PgParams, change_batch_writes
+    from ingest.lake.bronze import BatchSummary
+    from ingest.lake.commits import last_commit
+    from ingest.sources.postgres.positions import LsnRange
+
+    params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE big_a (id int PRIMARY KEY, note text, doc text)")
+        conn.execute("CREATE TABLE big_b (k text PRIMARY KEY, n int)")
+        conn.execute("INSERT INTO big_a VALUES (1, 'a', %s)", (secrets.token_hex(20_000),))  # TOASTed
+        conn.execute("CREATE PUBLICATION big_pub FOR TABLE big_a, big_b")
+        conn.execute("SELECT pg_create_logical_replication_slot('big_slot', 'pgoutput')")
+        start = slot_state(conn, "shop", "big_slot").confirmed
+        try:
+            with conn.transaction():  # both tables in one transaction: a table's places count its own changes
+                conn.execute("INSERT INTO big_b SELECT 'k' || g, g FROM generate_series(1, 3000) g")
+                conn.execute("INSERT INTO big_a SELECT g, 'n' || g, NULL FROM generate_series(2, 3000) g")
+                conn.execute("UPDATE big_a SET note = 'a2' WHERE id = 1")  # doc not sent
+                conn.execute("UPDATE big_b SET k = 'moved' WHERE k = 'k1'")  # a new key: a delete and an insert
+            conn.execute("TRUNCATE big_b")
+            conn.execute("INSERT INTO big_b VALUES ('after', 1)")
+            batch = LsnRange(start, slot_state(conn, "shop", "big_slot").head)
+
+            landed = {}
+            for how, min_bytes in (("run", None), ("executors", 0)):
+                got = read_change_batch(conn, "shop", "big_slot", "big_pub", batch, ["public.big_a", "public.big_b"],
+                                        executor_min_bytes=min_bytes)
+                assert {c.sliced for c in got.tables.values()} == {how == "executors"}
+                held = sum(len(c.records) for c in got.tables.values())
+                assert held == (0 if how == "executors" else 2 * 3000 + 1 + 1 + 1 + 1)
+                for table, write in change_batch_writes("shop", params, "big_slot", "big_pub", got,
+                                                        {t: t for t in got.tables}).items():
+                    path = str(tmp_path / how / table)
+                    write.apply(spark, path, print)
+                    rows = sorted((r.asDict() for r in spark.read.format("delta").load(path).collect()),
+                                  key=lambda r: r["_pos"])
+                    summary = BatchSummary.from_metadata(last_commit(path, kind="bronze").metadata["summary"])
+                    landed[how, table] = rows, summary.truncates, summary.newest_epoch
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot('big_slot')")
+
+    for table in ("public.big_a", "public.big_b"):
+        assert landed["executors", table] == landed["run", table]
+    rows_a, _, _ = landed["run", "public.big_a"]
+    assert rows_a[-1]["id"] == 1 and rows_a[-1]["_unchanged"] == ["doc"] and rows_a[-1]["doc"] is None
+    rows_b, truncates, _ = landed["run", "public.big_b"]
+    assert len(truncates) == 1 and [r["_op"] for r in rows_b[-4:]] == ["delete", "insert", "truncate", "insert"]
+    assert rows_a[0]["_pos"] == rows_b[0]["_pos"]  # the first change to each table in the transaction: place 1
+
+
+def test_a_slot_released_before_the_executors_read_the_batch_stops_it_and_commits_nothing(pg, spark, tmp_path):
+    """Between the run's plan and the executors' read, the slot was confirmed past the batch's start (by
+    hand, or by another reader): the executor finds its changes gone, the run fails naming the slot, and
+    bronze gets no commit."""
+    from ingest.adapters.postgres import PgParams, change_batch_writes
+    from ingest.lake.commits import table_version
+    from ingest.sources.postgres.positions import LsnRange
+    from ingest.sources.postgres.slot import advance
+
+    params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE gone_a (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION gone_pub FOR TABLE gone_a")
+        conn.execute("SELECT pg_create_logical_replication_slot('gone_a_slot', 'pgoutput')")
+        try:
+            start = slot_state(conn, "shop", "gone_a_slot").confirmed
+            conn.execute("INSERT INTO gone_a SELECT generate_series(1, 100)")
+            batch = LsnRange(start, slot_state(conn, "shop", "gone_a_slot").head)
+            planned = read_change_batch(conn, "shop", "gone_a_slot", "gone_pub", batch, ["public.gone_a"],
+                                        executor_min_bytes=0)
+            advance(conn, "gone_a_slot", batch.end)
+            (write,) = change_batch_writes("shop", params, "gone_a_slot", "gone_pub", planned,
+                                           {"public.gone_a": "public.gone_a"}).values()
+            with pytest.raises(SlotLost, match=r"'gone_a_slot' has released everything before"):
+                write.apply(spark, str(tmp_path / "bronze"), print)
+            assert table_version(str(tmp_path / "bronze")) is None  # no commit (Delta may have made the folder)
+        finally:
+            conn.execute("SELECT pg_drop_replication_slot('gone_a_slot')")
+
+
 def test_a_peek_longer_than_its_time_says_the_slot_may_have_changes_and_names_no_tables(pg):
     """The decoder stops only at a transaction's end: one huge transaction would hold the sensor's tick past
     Dagster's limit on every tick. Cut at its time, the peek says what a peek over its limit says."""

@@ -2,7 +2,7 @@
 
 import secrets
 
-from ingest.sources.postgres.pgoutput import UNCHANGED, Delete, Insert, Truncate, Update, transactions
+from ingest.sources.postgres.pgoutput import UNCHANGED, Delete, Insert, Truncate, Update, changes, transactions
 from ingest.sources.postgres.slot import advance, current_lsn, peek
 from ingest_tests.conftest import free_port
 
@@ -223,7 +223,7 @@ def test_chunks_read_at_the_slots_snapshot_and_its_stream_give_the_table_as_it_i
 
         state = {i: (v, start.consistent_point.row_pos()) for i, v in snapshot.items()}
         types = types_of(conn, [23, 25])
-        records = change_records(transactions(peek(conn, "h_slot", "h_pub")), {"public.h"},
+        records = change_records(changes(peek(conn, "h_slot", "h_pub")), {"public.h"},
                                  lambda rel: [types[c.type_oid].contract(c.type_modifier) for c in rel.columns])
         for r in sorted(records, key=lambda r: r.pos):
             assert r.pos > start.consistent_point.row_pos()  # everything streamed is newer than the snapshot

@@ -170,3 +170,29 @@ def test_after_the_first_batch_a_run_names_only_the_tables_the_slot_shows_change
                                            "pgshop/orders", "pgshop/_batch_log"}
     assert harness.live("orders", ["id", "note"]) == table(pg, "orders", "id, note")
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")
+
+
+def test_a_batch_run_lands_a_batch_its_executors_read_as_it_lands_one_it_reads_itself(pg, harness):
+    """With cdc.executor_min_bytes 0 every batch is only planned by the run, and executors read each table's
+    changes from the slot: a TOASTed value not sent, a key moved and a TRUNCATE land in silver as the source
+    has them, and bronze counted the rows from its commit (the run held none)."""
+    from ingest.lake.commits import last_commit
+    from ingest.lake.tables import table_location
+
+    config = yaml.safe_load(harness.sources.read_text())
+    config["sources"]["pgshop"]["cdc"] = {**HARNESS_CDC, "executor_min_bytes": 0}
+    harness.sources.write_text(yaml.safe_dump(config))
+    harness = CdcHarness(harness.spark, harness.sources, harness.lake, harness.instance, name="pgshop")
+    harness.snapshot()
+    with pg.connect() as conn:
+        conn.execute("UPDATE orders SET doc = %s WHERE id = 7", (secrets.token_hex(20_000),))
+        conn.execute("UPDATE orders SET note = 'changed' WHERE id = 7")  # doc TOASTed, not sent
+        conn.execute("UPDATE orders SET id = 9000 WHERE id = 8")
+        conn.execute("TRUNCATE customers")
+        conn.execute("INSERT INTO customers VALUES (1, 'after truncate')")
+    assert harness.sync() is not None
+    assert harness.live("orders", ["id", "note", "doc", "total"]) == table(pg, "orders", "id, note, doc, total")
+    assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name") == [(1, "after truncate")]
+    for name in ("orders", "customers"):
+        bronze = last_commit(table_location(str(harness.lake), "pgshop", name, "bronze"), kind="bronze")
+        assert bronze.metadata["summary"]["changes"] is None  # not counted in the run: executors read them

@@ -6,7 +6,7 @@ import struct
 import pytest
 
 from ingest.sources.postgres.pgoutput import (
-    UNCHANGED, Begin, Commit, Delete, Insert, ProtocolError, Relation, Truncate, Update, decode, transactions)
+    UNCHANGED, Begin, Delete, Insert, ProtocolError, Relation, Truncate, Update, decode, transactions)
 from ingest.sources.postgres.positions import Lsn, LsnRange, decode_pos, encode_pos
 from ingest.sources.postgres.slot import relation_names
 
@@ -136,9 +136,10 @@ def test_the_type_contract_parses_the_servers_text_forms():
     assert column_type("_float8", -1, "float8").convert("{1.5,NaN,-Infinity}")[2] == float("-inf")
 
 
-def test_transactions_become_change_records_ordered_by_commit_and_a_key_move_is_delete_then_insert():
+def test_transactions_become_change_records_ordered_by_commit_and_place_in_their_table_and_a_key_move_is_delete_then_insert():
     from ingest.changes import ChangeOp
     from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.pgoutput import changes
     from ingest.sources.postgres.types import column_type
 
     tid = struct.pack("!I", 1)
@@ -147,14 +148,18 @@ def test_transactions_become_change_records_ordered_by_commit_and_a_key_move_is_
               b"I" + tid + b"N" + tup("1", "a"), b"I" + struct.pack("!I", 2) + b"N" + tup("5"),
               b"U" + tid + b"N" + tup("1", UNCHANGED), b"U" + tid + b"K" + tup("1", None) + b"N" + tup("2", "b"),
               b"D" + tid + b"K" + tup("2", None), b"T" + struct.pack("!IBI", 1, 0, 1), commit(0x500, 0x510)]
-    records = list(change_records(transactions(stream), {"public.t"},
-                                  lambda rel: [column_type("int4" if c.type_oid == 23 else "text") for c in rel.columns]))
+    types = lambda rel: [column_type("int4" if c.type_oid == 23 else "text") for c in rel.columns]  # noqa: E731
+    records = list(change_records(changes(stream), {"public.t"}, types))
     assert [(r.op, r.row) for r in records] == [
         (ChangeOp.INSERT, {"id": 1, "doc": "a"}), (ChangeOp.UPDATE, {"id": 1, "doc": UNCHANGED}),
         (ChangeOp.DELETE, {"id": 1, "doc": None}), (ChangeOp.INSERT, {"id": 2, "doc": "b"}),
         (ChangeOp.DELETE, {"id": 2, "doc": None}), (ChangeOp.TRUNCATE, {})]
     assert [decode_pos(r.pos) for r in records] == [(Lsn(0x500), i) for i in range(1, 7)]  # the other table skipped
     assert {r.txid for r in records} == {"9"} and all(r.table == "public.t" for r in records)
+    # a table's places count its own changes: read alone or with the other, each gets the same records
+    both = list(change_records(changes(stream), {"public.t", "public.other"}, types))
+    (other,) = [r for r in both if r.table == "public.other"]
+    assert decode_pos(other.pos) == (Lsn(0x500), 1) and [r for r in both if r.table == "public.t"] == records
 
 
 def test_batches_run_from_the_last_end_to_the_head_cut_at_most_max_bytes_of_wal():

@@ -13,10 +13,10 @@ import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ingest.changes import SourceBatch, TableChanges
+from ingest.changes import UNCHANGED, ChangeOp, SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.changes import change_records, table_name
-from ingest.sources.postgres.pgoutput import Relation, transactions
+from ingest.sources.postgres.pgoutput import Relation, changes
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
 from ingest.sources.postgres.slot import advance, peek
@@ -99,37 +99,77 @@ def check_readable(source: str, state: SlotState, batch: LsnRange) -> None:
 
 
 def read_change_batch(conn, source: str, slot: str, publication: str, batch: LsnRange,
-                      tables: Collection[str]) -> SourceBatch:
-    """The changes to `tables` (schema.table) committed in the batch's range, read without consuming."""
+                      tables: Collection[str], executor_min_bytes: int | None = None) -> SourceBatch:
+    """The changes to `tables` (schema.table) committed in the batch's range, read without consuming.
+
+    A batch that spans `executor_min_bytes` of WAL or more is only planned here: it is read as it
+    streams by, and each table keeps its columns, TRUNCATE positions and newest commit, not its
+    changes (TableChanges.sliced), which Spark's executors read (adapters/postgres.py). One transaction
+    can hold millions of changes, and the batch holds it whole."""
     state = slot_state(conn, source, slot)
     check_readable(source, state, batch)
     contracts = RelationContracts(conn)
     relations: dict[int, Relation] = {}
-    per_table: dict[str, TableChanges] = {}
-    columns: dict[str, dict[str, str]] = {}
-    """Per table every column its changes carried, first seen first: a column dropped mid-batch keeps the
-    values of the changes made before the drop."""
     wanted = set(tables)
-    txns = 0
-    newest: dt.datetime | None = None
-    for txn in transactions(peek(conn, slot, publication, batch.end), relations):
-        if not batch.start <= txn.begin.final_lsn < batch.end:
-            continue  # committed before the start: an earlier batch's, still in the slot
-        txns += 1
-        newest = txn.begin.commit_time
-        for record in change_records([txn], wanted, contracts):
-            per_table.setdefault(record.table, TableChanges([], [])).records.append(record)
-        for relation in {id(rel): rel for rel, _ in txn.changes}.values():
-            if (name := table_name(relation)) in wanted:
-                seen = columns.setdefault(name, {})
-                seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
-    for name, changes in per_table.items():
-        changes.columns.extend(columns.get(name, {}).items())
+    sliced = executor_min_bytes is not None and batch.end.value - batch.start.value >= executor_min_bytes
+    described: dict[int, Relation] = {}
+    """The relations the batch's changes to `tables` came with, first seen first: a column dropped
+    mid-batch keeps the values of the changes made before the drop."""
+    txns, newest = 0, None
+
+    def in_batch():
+        nonlocal txns, newest
+        last = None
+        for begin, relation, change in batch_changes(conn, slot, publication, batch, relations):
+            if begin is not last:
+                last, txns, newest = begin, txns + 1, begin.commit_time
+            if id(relation) not in described and table_name(relation) in wanted:
+                described[id(relation)] = relation  # held here: its id stays its own
+            yield begin, relation, change
+
+    records: dict[str, list] = {}
+    truncates: dict[str, list[int]] = {}
+    newest_of: dict[str, dt.datetime] = {}
+    unchanged: set[str] = set()
+    for record in change_records(in_batch(), wanted, contracts):
+        kept = records.setdefault(record.table, [])
+        if not sliced:
+            kept.append(record)
+            continue
+        if any(v is UNCHANGED for v in record.row.values()):
+            unchanged.add(record.table)
+        if record.op == ChangeOp.TRUNCATE:
+            truncates.setdefault(record.table, []).append(int(record.pos))
+        if record.committed_at is not None:
+            newest_of[record.table] = max(newest_of.get(record.table, record.committed_at), record.committed_at)
+    columns: dict[str, dict[str, str]] = {}
+    for relation in described.values():
+        seen = columns.setdefault(table_name(relation), {})
+        seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
+    per_table = {name: TableChanges(kept, list(columns.get(name, {}).items()), sliced=sliced,
+                                    truncates=tuple(truncates.get(name, ())), newest=newest_of.get(name),
+                                    unchanged=name in unchanged)
+                 for name, kept in records.items()}
     positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": txns}
     lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
     extra = {"lag_seconds": round(lag, 3), "slot": slot, "retained_wal_bytes": state.retained_bytes,
              **({} if state.safe_wal_bytes is None else {"safe_wal_bytes": state.safe_wal_bytes})}
     return SourceBatch(batch.key, per_table, positions, extra)
+
+
+def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None):
+    """The row changes of the transactions committed in the batch's range, as they stream from the slot
+    (pgoutput.changes), without consuming."""
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations):
+        if batch.start <= begin.final_lsn < batch.end:  # else an earlier batch's, still in the slot
+            yield begin, relation, change
+
+
+def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str):
+    """One table's (schema.table) changes in the batch, one record at a time: what read_change_batch
+    gives for it, as an executor reads a batch the driver only planned."""
+    check_readable(source, slot_state(conn, source, slot), batch)
+    return change_records(batch_changes(conn, slot, publication, batch), {table}, RelationContracts(conn))
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:

@@ -239,31 +239,57 @@ class Transaction:
     """Row changes in order, each with its table as the stream described it when it came."""
 
 
+Change = Insert | Update | Delete | Truncate
+
+
 def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | None = None) -> Iterator[Transaction]:
     """Whole transactions from a stream of messages, in commit order. `relations` carries the tables
     described so far (by OID) from one call to the next; a RELATION message replaces its entry, so a
     change is always read with the columns the table had when it was made."""
-    relations = {} if relations is None else relations
     current: Transaction | None = None
+    for event in _events(messages, relations):
+        if isinstance(event, Begin):
+            current = Transaction(event)
+        elif isinstance(event, Commit):
+            current.commit = event
+            yield current
+        else:
+            current.changes.append(event[1:])
+
+
+def changes(messages: Iterable[bytes], relations: dict[int, Relation] | None = None
+            ) -> Iterator[tuple[Begin, Relation, Change]]:
+    """Each row change as it comes, with its transaction's BEGIN and its table: what `transactions`
+    gives, holding no transaction whole (one can be millions of changes)."""
+    for event in _events(messages, relations):
+        if isinstance(event, tuple):
+            yield event
+
+
+def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None
+            ) -> Iterator[Begin | Commit | tuple[Begin, Relation, Change]]:
+    """BEGIN, each change (with its BEGIN and table) and COMMIT, checked for their order."""
+    relations = {} if relations is None else relations
+    begin: Begin | None = None
     for data in messages:
         message = decode(data)
         if isinstance(message, Relation):
             relations[message.oid] = message
         elif isinstance(message, Begin):
-            if current is not None:
-                raise ProtocolError(f"BEGIN of xid {message.xid} inside xid {current.begin.xid}")
-            current = Transaction(message)
+            if begin is not None:
+                raise ProtocolError(f"BEGIN of xid {message.xid} inside xid {begin.xid}")
+            begin = message
+            yield message
         elif isinstance(message, Commit):
-            if current is None:
+            if begin is None:
                 raise ProtocolError(f"COMMIT at {message.commit_lsn} without a BEGIN")
-            current.commit = message
-            yield current
-            current = None
+            begin = None
+            yield message
         elif isinstance(message, (Insert, Update, Delete, Truncate)):
-            if current is None:
+            if begin is None:
                 raise ProtocolError(f"a {type(message).__name__} outside a transaction")
             oids = message.relations if isinstance(message, Truncate) else (message.relation,)
             for oid in oids:
                 if oid not in relations:
                     raise ProtocolError(f"a change to relation {oid}, which no RELATION message described")
-                current.changes.append((relations[oid], message))
+                yield begin, relations[oid], message
