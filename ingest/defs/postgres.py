@@ -93,7 +93,8 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
 
     text = BatchAssetText(
         "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place among the "
-        "transaction's changes to the table), commit time, xid, and `_unchanged` where an update did not send a TOASTed value.",
+        "transaction's changes to the table), commit time, xid, and `_unchanged` where an update did not send a "
+        "TOASTed value.",
         f"Reads replication slot {source.slot_name(name)} of {source.host}:{source.port} (publication "
         f"{source.publication}) once per change batch, appends bronze and merges silver for the tables it changed, "
         "and records the batch in the batch log; the partition key is the commit-LSN range [start, end). The "
