@@ -269,3 +269,53 @@ def test_a_peek_longer_than_its_time_says_the_slot_may_have_changes_and_names_no
             assert slot_state(conn, "shop", "wide_slot").confirmed == state.confirmed  # a peek consumes nothing
         finally:
             conn.execute("SELECT pg_drop_replication_slot('wide_slot')")
+
+
+def test_a_read_waits_while_another_session_uses_the_slot_and_names_it_when_it_stays_busy(pg):
+    """The server lets one session at a time use a slot and refuses the others at once (a check's peek
+    during a batch's read). A read waits for the slot; past its wait it says which slot and why; the
+    sensor's peek, within its time, says it cannot tell."""
+    import threading
+    import time
+
+    import psycopg
+
+    from ingest.sources.postgres.slot import SlotBusy, SlotPeek, peek, peek_batch_tables
+
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE busy_t (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION busy_pub FOR TABLE busy_t")
+        conn.execute("SELECT pg_create_logical_replication_slot('busy_slot', 'pgoutput')")
+        conn.execute("INSERT INTO busy_t VALUES (1), (2)")
+        head = slot_state(conn, "shop", "busy_slot").head
+
+        def active() -> bool:
+            return conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 'busy_slot'").fetchone()[0]
+
+        def hold():
+            """Another session streaming from the slot (as a replication client would), until closed."""
+            other = psycopg.connect(host=pg.host, port=pg.port, user=pg.user, password=pg.password,
+                                    dbname="postgres", autocommit=True, replication="database")
+            other.pgconn.send_query(b"START_REPLICATION SLOT busy_slot LOGICAL 0/0 "
+                                    b"(proto_version '1', publication_names 'busy_pub')")
+            while not active():
+                time.sleep(0.05)
+            return other
+
+        other = None
+        try:
+            other = hold()
+            with pytest.raises(SlotBusy, match=r"'busy_slot' stayed in use by another session.*active_pid"):
+                list(peek(conn, "busy_slot", "busy_pub", head, wait_seconds=0.5))
+            assert peek_batch_tables(conn, "busy_slot", "busy_pub", head, seconds=0.5) == SlotPeek(None, None)
+
+            threading.Timer(1.0, other.close).start()  # the other session lets go after a second
+            started = time.monotonic()
+            messages = list(peek(conn, "busy_slot", "busy_pub", head))
+            assert time.monotonic() - started >= 0.9 and len(messages) == 5  # BEGIN, RELATION, 2 INSERTs, COMMIT
+        finally:
+            if other is not None:
+                other.close()
+            while active():
+                time.sleep(0.05)  # the other session's server process ends just after its connection
+            conn.execute("SELECT pg_drop_replication_slot('busy_slot')")

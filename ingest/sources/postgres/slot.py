@@ -10,6 +10,7 @@ protocol), through a server-side cursor so that no batch is held whole in memory
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,15 +31,44 @@ one transaction of tens of millions of rows takes minutes (2.3 s a million rows 
 peek outlasts the sensor's tick (Dagster cancels a tick after 60 s), on every tick, and no batch ever runs."""
 
 
-def peek(conn, slot: str, publication: str, upto: Lsn | None = None) -> Iterator[bytes]:
-    """The pgoutput messages of the transactions committed before `upto` (None: all there are now)."""
-    with conn.transaction(), conn.cursor(name=f"peek_{slot}") as cur:  # a server-side cursor lives in one
-        cur.itersize = PEEK_FETCH
-        cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
-                    "'proto_version', '1', 'publication_names', %s)",
-                    (slot, None if upto is None else str(upto), publication))
-        for (data,) in cur:
-            yield bytes(data)
+SLOT_BUSY_SECONDS = 60.0
+"""How long a read waits while another session decodes from the slot (a check's peek, a reconciliation):
+the server lets one session at a time use a slot and refuses the others at once."""
+
+
+class SlotBusy(RuntimeError):
+    """The slot stayed in use by another session for longer than a read waits."""
+
+
+def _busy(slot: str, waited: float, exc: Exception) -> SlotBusy:
+    return SlotBusy(f"replication slot {slot!r} stayed in use by another session for {waited:.0f} s ({exc}). A "
+                    "slot serves one session at a time: find the other one in pg_stat_replication or "
+                    "pg_replication_slots.active_pid; a batch that failed on this runs again on its own")
+
+
+def peek(conn, slot: str, publication: str, upto: Lsn | None = None,
+         wait_seconds: float = SLOT_BUSY_SECONDS) -> Iterator[bytes]:
+    """The pgoutput messages of the transactions committed before `upto` (None: all there are now);
+    while another session uses the slot, tried again for up to `wait_seconds`."""
+    import psycopg
+
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            with conn.transaction(), conn.cursor(name=f"peek_{slot}") as cur:  # a server-side cursor lives in one
+                cur.itersize = PEEK_FETCH
+                cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                            "'proto_version', '1', 'publication_names', %s)",
+                            (slot, None if upto is None else str(upto), publication))
+                first = cur.fetchmany(PEEK_FETCH)  # the server decodes the whole range here, holding the slot
+                yield from (bytes(data) for (data,) in first)
+                for (data,) in cur:
+                    yield bytes(data)
+            return
+        except psycopg.errors.ObjectInUse as exc:  # only before the first message: the slot is free after
+            if time.monotonic() >= deadline:
+                raise _busy(slot, wait_seconds, exc) from exc
+            time.sleep(0.2)
 
 
 def current_lsn(conn) -> Lsn:
@@ -145,17 +175,26 @@ def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int =
     session's first change to it, so the RELATION messages name every table changed: those of the
     batch, and of any older transaction the slot still holds (the batch's reader leaves these out; naming
     a table too many costs a planned event). Only RELATION messages cross the wire. The server cancels
-    the decoding after `seconds` (statement_timeout): the peek then cannot tell."""
+    the decoding after `seconds` (statement_timeout), and a slot another session uses is waited for
+    within them: the peek then cannot tell."""
     import psycopg
 
-    try:
-        with conn.transaction(), conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
-            cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, round(seconds * 1000))}ms",))
-            cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
-                        "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
-                        "'publication_names', %s)", (slot, str(upto), limit, publication))
-            count, relations = cur.fetchone()
-    except psycopg.errors.QueryCanceled:
-        return SlotPeek(None, None)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with conn.transaction(), conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
+                left = max(0.001, deadline - time.monotonic())
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, round(left * 1000))}ms",))
+                cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
+                            "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
+                            "'publication_names', %s)", (slot, str(upto), limit, publication))
+                count, relations = cur.fetchone()
+            break
+        except psycopg.errors.QueryCanceled:
+            return SlotPeek(None, None)
+        except psycopg.errors.ObjectInUse:  # another session decodes from the slot: wait, within the time
+            if time.monotonic() >= deadline:
+                return SlotPeek(None, None)
+            time.sleep(0.2)
     # the decoder finishes the transaction in which it reaches `limit`: at `limit` it may have stopped early
     return SlotPeek(count, None if count >= limit else relation_names(bytes(r) for r in relations))
