@@ -273,14 +273,14 @@ def test_a_peek_longer_than_its_time_says_the_slot_may_have_changes_and_names_no
 
 def test_a_read_waits_while_another_session_uses_the_slot_and_names_it_when_it_stays_busy(pg):
     """The server lets one session at a time use a slot and refuses the others at once (a check's peek
-    during a batch's read). A read waits for the slot; past its wait it says which slot and why; the
-    sensor's peek, within its time, says it cannot tell."""
+    during a batch's read). A read or a confirm waits for the slot; past its wait it says which slot and
+    why; the sensor's peek, within its time, says it cannot tell."""
     import threading
     import time
 
     import psycopg
 
-    from ingest.sources.postgres.slot import SlotBusy, SlotPeek, peek, peek_batch_tables
+    from ingest.sources.postgres.slot import SlotBusy, SlotPeek, advance, peek, peek_batch_tables
 
     with pg.connect() as conn:
         conn.execute("CREATE TABLE busy_t (id int PRIMARY KEY)")
@@ -308,6 +308,9 @@ def test_a_read_waits_while_another_session_uses_the_slot_and_names_it_when_it_s
             with pytest.raises(SlotBusy, match=r"'busy_slot' stayed in use by another session.*active_pid"):
                 list(peek(conn, "busy_slot", "busy_pub", head, wait_seconds=0.5))
             assert peek_batch_tables(conn, "busy_slot", "busy_pub", head, seconds=0.5) == SlotPeek(None, None)
+            with pytest.raises(SlotBusy, match="'busy_slot' stayed in use"):
+                advance(conn, "busy_slot", head, wait_seconds=0.5)  # the sensor's confirm
+            assert slot_state(conn, "shop", "busy_slot").confirmed < head
 
             threading.Timer(1.0, other.close).start()  # the other session lets go after a second
             started = time.monotonic()

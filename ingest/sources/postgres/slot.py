@@ -40,10 +40,13 @@ class SlotBusy(RuntimeError):
     """The slot stayed in use by another session for longer than a read waits."""
 
 
-def _busy(slot: str, waited: float, exc: Exception) -> SlotBusy:
-    return SlotBusy(f"replication slot {slot!r} stayed in use by another session for {waited:.0f} s ({exc}). A "
-                    "slot serves one session at a time: find the other one in pg_stat_replication or "
-                    "pg_replication_slots.active_pid; a batch that failed on this runs again on its own")
+def _wait_for_slot(slot: str, deadline: float, waited: float, exc: Exception) -> None:
+    """Sleep a little before trying the slot again, or raise SlotBusy once past `deadline`."""
+    if time.monotonic() >= deadline:
+        raise SlotBusy(f"replication slot {slot!r} stayed in use by another session for {waited:.0f} s ({exc}). "
+                       "A slot serves one session at a time: find the other one in pg_stat_replication or "
+                       "pg_replication_slots.active_pid; a batch that failed on this runs again on its own") from exc
+    time.sleep(0.2)
 
 
 def peek(conn, slot: str, publication: str, upto: Lsn | None = None,
@@ -66,9 +69,7 @@ def peek(conn, slot: str, publication: str, upto: Lsn | None = None,
                     yield bytes(data)
             return
         except psycopg.errors.ObjectInUse as exc:  # only before the first message: the slot is free after
-            if time.monotonic() >= deadline:
-                raise _busy(slot, wait_seconds, exc) from exc
-            time.sleep(0.2)
+            _wait_for_slot(slot, deadline, wait_seconds, exc)
 
 
 def current_lsn(conn) -> Lsn:
@@ -77,10 +78,19 @@ def current_lsn(conn) -> Lsn:
         return Lsn.parse(cur.fetchone()[0])
 
 
-def advance(conn, slot: str, to: Lsn) -> None:
-    """Confirm everything before `to`: the server may recycle that WAL."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, str(to)))
+def advance(conn, slot: str, to: Lsn, wait_seconds: float = PEEK_SECONDS) -> None:
+    """Confirm everything before `to`: the server may recycle that WAL. Waits for a slot another session
+    uses as a peek does, for `wait_seconds` (the sensor confirms within its tick)."""
+    import psycopg
+
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, str(to)))
+            return
+        except psycopg.errors.ObjectInUse as exc:
+            _wait_for_slot(slot, deadline, wait_seconds, exc)
 
 
 @dataclass(frozen=True)
