@@ -162,6 +162,21 @@ def test_transactions_become_change_records_ordered_by_commit_and_place_in_their
     assert decode_pos(other.pos) == (Lsn(0x500), 1) and [r for r in both if r.table == "public.t"] == records
 
 
+def test_changes_of_chosen_tables_pass_over_the_other_tables_rows_without_decoding_them():
+    from ingest.sources.postgres.pgoutput import changes
+
+    stream = [begin(0x500, 9), relation(1, "t", [("id", 23, True)]), relation(2, "other", [("id", 23, True)]),
+              b"I" + struct.pack("!I", 1) + b"N" + tup("1"),
+              b"I" + struct.pack("!I", 2) + b"not a tuple",  # decoding it would fail: it is not decoded
+              b"D" + struct.pack("!I", 1) + b"K" + tup("1"), commit(0x500, 0x510)]
+    chosen = list(changes(stream, tables={"public.t"}))
+    assert [(c[1].name, type(c[2]).__name__) for c in chosen] == [("t", "Insert"), ("t", "Delete")]
+    with pytest.raises(ProtocolError):
+        list(changes(stream))  # without the choice every row is decoded
+    with pytest.raises(ProtocolError, match="outside a transaction"):
+        list(changes(stream[1:3] + [b"I" + struct.pack("!I", 2) + b"N" + tup("1")], tables={"public.t"}))
+
+
 def test_batches_run_from_the_last_end_to_the_head_cut_at_most_max_bytes_of_wal():
     from ingest.sources.postgres.cdc import plan_next_batch
     from ingest.sources.postgres.positions import Lsn, LsnRange

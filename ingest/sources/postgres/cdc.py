@@ -157,10 +157,11 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     return SourceBatch(batch.key, per_table, positions, extra)
 
 
-def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None):
+def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,
+                  tables: Collection[str] | None = None):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
-    (pgoutput.changes), without consuming."""
-    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations):
+    (pgoutput.changes; `tables`: only theirs), without consuming."""
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables):
         if batch.start <= begin.final_lsn < batch.end:  # else an earlier batch's, still in the slot
             yield begin, relation, change
 
@@ -169,7 +170,8 @@ def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRang
     """One table's (schema.table) changes in the batch, one record at a time: what read_change_batch
     gives for it, as an executor reads a batch the driver only planned."""
     check_readable(source, slot_state(conn, source, slot), batch)
-    return change_records(batch_changes(conn, slot, publication, batch), {table}, RelationContracts(conn))
+    return change_records(batch_changes(conn, slot, publication, batch, tables={table}), {table},
+                          RelationContracts(conn))
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:
