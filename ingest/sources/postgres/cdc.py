@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from ingest.changes import UNCHANGED, ChangeOp, SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
-from ingest.sources.postgres.changes import change_records, table_name
-from ingest.sources.postgres.pgoutput import Relation, changes
+from ingest.sources.postgres.changes import change_records
+from ingest.sources.postgres.pgoutput import Relation, changes, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
 from ingest.sources.postgres.slot import advance, peek

@@ -1,8 +1,9 @@
 """pgoutput transactions to change records, in the type contract's values (pure).
 
 Every change of a transaction is ordered by the transaction's COMMIT LSN and its place among the
-transaction's changes to its table (positions.py). An UPDATE that moves a row to another primary key becomes a delete of
-the old key and an insert of the new one, as for MySQL, so the old key cannot linger in silver. A
+transaction's changes to its table (positions.py). An UPDATE that moves a row to another primary key
+becomes a delete of the old key and an insert of the new one, as for MySQL, so the old key cannot
+linger in silver. A
 TOASTed value an UPDATE did not change stays UNCHANGED in the record: it was not sent, and silver
 must keep the value it has.
 """
@@ -15,12 +16,8 @@ from typing import Any
 from ingest.changes import ChangeOp, ChangeRecord
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.pgoutput import (
-    UNCHANGED, Begin, Change, Delete, Insert, Relation, Truncate, Update,
+    UNCHANGED, Begin, Change, Delete, Insert, Relation, Truncate, Update, table_name,
 )
-
-
-def table_name(relation: Relation) -> str:
-    return f"{relation.namespace}.{relation.name}"
 
 
 def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: set[str],

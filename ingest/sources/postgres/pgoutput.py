@@ -242,6 +242,11 @@ class Transaction:
 Change = Insert | Update | Delete | Truncate
 
 
+def table_name(relation: Relation) -> str:
+    """schema.table"""
+    return f"{relation.namespace}.{relation.name}"
+
+
 def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | None = None) -> Iterator[Transaction]:
     """Whole transactions from a stream of messages, in commit order. `relations` carries the tables
     described so far (by OID) from one call to the next; a RELATION message replaces its entry, so a
@@ -287,8 +292,10 @@ def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, ta
         message = decode(data)
         if isinstance(message, Relation):
             relations[message.oid] = message
-            if tables is not None:
-                (others.add if f"{message.namespace}.{message.name}" not in tables else others.discard)(message.oid)
+            if tables is not None and table_name(message) not in tables:
+                others.add(message.oid)
+            else:
+                others.discard(message.oid)
         elif isinstance(message, Begin):
             if begin is not None:
                 raise ProtocolError(f"BEGIN of xid {message.xid} inside xid {begin.xid}")

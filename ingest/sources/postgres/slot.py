@@ -161,8 +161,7 @@ def has_changes(conn, slot: str, publication: str, upto: Lsn, seconds: float = P
 
 def relation_names(messages: Iterable[bytes]) -> frozenset[str]:
     """schema.table of each RELATION message among `messages` (pure)."""
-    from ingest.sources.postgres.changes import table_name
-    from ingest.sources.postgres.pgoutput import decode
+    from ingest.sources.postgres.pgoutput import decode, table_name
 
     return frozenset(table_name(decode(m)) for m in messages if m[:1] == b"R")
 
@@ -193,8 +192,8 @@ def peek_batch_tables(conn, slot: str, publication: str, upto: Lsn, limit: int =
     while True:
         try:
             with conn.transaction(), conn.cursor() as cur:  # 82 is 'R', a RELATION message's first byte
-                left = max(0.001, deadline - time.monotonic())
-                cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{max(1, round(left * 1000))}ms",))
+                left_ms = max(1, round((deadline - time.monotonic()) * 1000))
+                cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{left_ms}ms",))
                 cur.execute("SELECT count(*), coalesce(array_agg(data) FILTER (WHERE get_byte(data, 0) = 82), '{}') "
                             "FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, 'proto_version', '1', "
                             "'publication_names', %s)", (slot, str(upto), limit, publication))
