@@ -68,7 +68,7 @@ class ScanSnapshotWrite:
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import last_commit, table_version, waves
-        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_rows
+        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.lake.tables import BRONZE, sibling_location
         from ingest.sources.dynamodb.streams import describe_stream, stream_of
 
@@ -111,11 +111,9 @@ class ScanSnapshotWrite:
                                         lambda wave, rows: f"{len(done)}/{self.segments} segments, {rows} rows"),
                             log)
         seconds = time.monotonic() - started
-        total_rows = snapshot_rows(path, snapshot_id)
-        if total_rows is None:  # the log no longer reaches the snapshot's first wave
-            total_rows = spark.read.format("delta").load(path).count()
-        return {"rows": total_rows, "rows_per_second": round(work.rows / max(seconds, 1e-9), 1),
-                "seconds": round(seconds, 2), "snapshot_id": snapshot_id, "segments": self.segments,
+        return {"rows": snapshot_table_rows(spark, path, snapshot_id),
+                "rows_per_second": round(work.rows / max(seconds, 1e-9), 1), "seconds": round(seconds, 2),
+                "snapshot_id": snapshot_id, "segments": self.segments,
                 "resumed": bool(resume), "stream_positions": json.loads(positions.to_metadata()),
                 "log_start_pos": str(pos), "key_columns": list(types.key_columns),
                 "delta_version": table_version(path)}

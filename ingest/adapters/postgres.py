@@ -81,13 +81,17 @@ def column_array(ctype, texts, arrow_type):
     integers, numeric(p,s), dates and timestamps are parsed by Arrow's cast, which takes the same forms
     as the contract's parsers (the golden-type test compares them) and is many times faster; a value it
     refuses, and every other type, goes through the contract's parser, which names a value out of
-    contract (a NaN numeric, an infinite date, a BC timestamp)."""
+    contract (a NaN numeric, an infinite date, a BC timestamp). An array column is split by Arrow's
+    kernels (types.array_lists) and its elements converted as a column of the element's type."""
     import pyarrow as pa
 
     from ingest.sources.contract import convert_column
-    from ingest.sources.postgres.types import to_date, to_decimal, to_instant, to_timestamp
+    from ingest.sources.postgres.types import array_lists, to_date, to_decimal, to_instant, to_timestamp
 
     texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
+    if ctype.element is not None and (lists := array_lists(texts)) is not None:
+        items = column_array(ctype.element, lists.values, arrow_type.value_type)
+        return pa.ListArray.from_arrays(lists.offsets, items, type=arrow_type, mask=lists.is_null())
     if ctype.convert is None:
         return texts.cast(arrow_type)
     if ctype.convert in (int, to_decimal, to_date, to_timestamp, to_instant):
@@ -196,7 +200,7 @@ class PgSnapshotWrite:
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import table_version, waves
-        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
+        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
         from ingest.sources.postgres.snapshot import boundaries, key_ranges
@@ -238,7 +242,7 @@ class PgSnapshotWrite:
                               "read_at": at.consistent_point.to_metadata()},
                 lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows"), log).rows
         seconds = time.monotonic() - started
-        return {"rows": spark.read.format("delta").load(path).count(), "rows_read": rows, "seconds": round(seconds, 2),
+        return {"rows": snapshot_table_rows(spark, path, snapshot_id), "rows_read": rows, "seconds": round(seconds, 2),
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,
                 "chunks": total, "resumed_from_wave": wave_no - 1, "log_start": log_start.to_metadata(),
                 "key_columns": list(table.primary_key), "delta_version": table_version(path)}

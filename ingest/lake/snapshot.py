@@ -106,6 +106,13 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
     return work
 
 
+def snapshot_table_rows(spark, path: str, snapshot_id: str) -> int:
+    """The rows of the table the snapshot `snapshot_id` wrote: summed from its waves' commits, or counted
+    by a Spark job (the table's size, not its log's) when the log no longer reaches its first wave."""
+    rows = snapshot_rows(path, snapshot_id)
+    return spark.read.format("delta").load(path).count() if rows is None else rows
+
+
 def snapshot_rows(path: str, snapshot_id: str) -> int | None:
     """The rows of the snapshot `snapshot_id` at `path`, summed from its waves' commits in the Delta log
     back to its first (which replaced the table), without a Spark job; None when the log no longer

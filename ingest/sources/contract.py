@@ -15,6 +15,9 @@ class ColumnType:
     spark: str
     convert: Callable[[Any], Any] | None
     """None when the driver's value is already the Delta value (the fast path)."""
+    element: ColumnType | None = None
+    """An array's element contract, which `convert` applies to each element (a reader that splits the
+    array itself converts the elements with it)."""
 
 
 def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:

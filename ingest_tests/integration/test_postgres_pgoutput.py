@@ -71,6 +71,8 @@ GOLDEN = [  # column, type, values (one per row; the first row is the edge cases
     ("dm", "positive", ["5", "NULL"]),
     ("ai", "integer[]", ["'{1,NULL,3}'", "'{}'"]),
     ("at", "text[]", ["ARRAY['a b', NULL, 'c,\"d']", "NULL"]),
+    ("al", "varchar[]", ["'{x,NULL,yz}'", "NULL"]),  # no quoted element: Arrow splits the column
+    ("an", "numeric(5,2)[]", ["'{1.5,NULL,-2}'", "'{}'"]),
 ]
 
 
@@ -86,7 +88,7 @@ def chunk_values(pg, columns, contracts) -> list[tuple]:
              "float": pa.float32(), "double": pa.float64(), "decimal(12,3)": pa.decimal128(12, 3),
              "string": pa.string(), "binary": pa.binary(), "date": pa.date32(), "timestamp_ntz": pa.timestamp("us"),
              "timestamp": pa.timestamp("us", tz="UTC"), "array<int>": pa.list_(pa.int32()),
-             "array<string>": pa.list_(pa.string())}  # what Spark's schema gives the executors for these types
+             "array<string>": pa.list_(pa.string()), "array<decimal(5,2)>": pa.list_(pa.decimal128(5, 2))}  # what Spark's schema gives the executors for these types
     schema = pa.schema([(c, arrow[ct.spark]) for c, ct in zip(columns, contracts)])
     with pg.connect() as holder, pg.connect() as reader:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -135,7 +137,8 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert [ct.spark for ct in contracts] == [
         "int", "boolean", "smallint", "bigint", "float", "double", "decimal(12,3)", "string", "string", "string",
         "binary", "date", "timestamp_ntz", "timestamp", "string", "string", "string", "string", "string", "int",
-        "array<int>", "array<string>"]
+        "array<int>", "array<string>", "array<string>", "array<decimal(5,2)>"]
+
     def nan_safe(rows):
         return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in rows]
 
@@ -149,6 +152,7 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert (first["tm"], first["iv"]) == ("23:59:59.123", "P1Y2M3DT4H5M6.5S")
     assert first["j"] == '{"a": null, "b": [1, 2]}' and first["e"] == "happy" and first["dm"] == 5
     assert first["ai"] == [1, None, 3] and first["at"] == ["a b", None, 'c,"d']
+    assert first["al"] == ["x", None, "yz"] and first["an"] == [Decimal("1.50"), None, Decimal("-2.00")]
     assert dict(zip([c.name for c in relation.columns], from_stream[1]))["wide"] == "NaN"
 
 

@@ -136,6 +136,22 @@ def test_the_type_contract_parses_the_servers_text_forms():
     assert column_type("_float8", -1, "float8").convert("{1.5,NaN,-Infinity}")[2] == float("-inf")
 
 
+def test_a_column_of_simple_array_literals_splits_in_arrow_as_array_items_splits_each_and_others_are_left_to_it():
+    import pyarrow as pa
+
+    from ingest.sources.postgres.types import array_items, array_lists
+
+    simple = ["{a,b}", "{}", None, "{NULL,x,NULL}", "{1}", "{NULLx,nULL}", "{}", "{é,ü}"]
+    got = array_lists(pa.array(simple, pa.string()))
+    assert got.to_pylist() == [None if t is None else array_items(t) for t in simple]
+    assert got.to_pylist()[3] == [None, "x", None] and got.to_pylist()[1] == []
+    assert array_lists(pa.array([None, None], pa.string())).to_pylist() == [None, None]
+    assert array_lists(pa.array([], pa.string())).to_pylist() == []
+    # a quoted element, nesting or explicit bounds anywhere in the column: array_items takes it whole
+    for other in ('{"a b",c}', "{{1,2},{3,4}}", "[0:1]={1,2}", '{""}'):
+        assert array_lists(pa.array(["{a}", other], pa.string())) is None
+
+
 def test_transactions_become_change_records_ordered_by_commit_and_place_in_their_table_and_a_key_move_is_delete_then_insert():
     from ingest.changes import ChangeOp
     from ingest.sources.postgres.changes import change_records
