@@ -72,7 +72,7 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
             if not texts.num_rows:
                 continue
             arrays = [column_array(ct, texts.column(i), arrow_schema.field(i).type) for i, ct in enumerate(contracts)]
-            arrays.append(pa.array([pos] * texts.num_rows, type=arrow_schema.field(len(contracts)).type))
+            arrays.append(pa.repeat(pa.scalar(pos, arrow_schema.field(len(contracts)).type), texts.num_rows))
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 

@@ -54,7 +54,7 @@ def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segmen
             if rows:
                 arrays = [pa.array([r[n] for r in rows], type=arrow_schema.field(i).type)
                           for i, n in enumerate(names)]
-                arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(names)).type))
+                arrays.append(pa.repeat(pa.scalar(pos_value, arrow_schema.field(len(names)).type), len(rows)))
                 yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 

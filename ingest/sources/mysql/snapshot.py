@@ -77,7 +77,7 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
                 pa.array(convert_column(ct, list(values)), type=arrow_schema.field(i).type)
                 for i, (ct, values) in enumerate(zip(ctypes, cols))
             ]
-            arrays.append(pa.array([pos_value] * len(rows), type=arrow_schema.field(len(columns)).type))
+            arrays.append(pa.repeat(pa.scalar(pos_value, arrow_schema.field(len(columns)).type), len(rows)))
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
         cur.close()
         conn.commit()
