@@ -84,11 +84,12 @@ def chunk_values(pg, columns, contracts) -> list[tuple]:
     from ingest.adapters.postgres import column_array
     from ingest.sources.postgres.snapshot import copy_chunk
 
+    # what Spark's schema gives the executors for these types
     arrow = {"int": pa.int32(), "boolean": pa.bool_(), "smallint": pa.int16(), "bigint": pa.int64(),
              "float": pa.float32(), "double": pa.float64(), "decimal(12,3)": pa.decimal128(12, 3),
              "string": pa.string(), "binary": pa.binary(), "date": pa.date32(), "timestamp_ntz": pa.timestamp("us"),
              "timestamp": pa.timestamp("us", tz="UTC"), "array<int>": pa.list_(pa.int32()),
-             "array<string>": pa.list_(pa.string()), "array<decimal(5,2)>": pa.list_(pa.decimal128(5, 2))}  # what Spark's schema gives the executors for these types
+             "array<string>": pa.list_(pa.string()), "array<decimal(5,2)>": pa.list_(pa.decimal128(5, 2))}
     schema = pa.schema([(c, arrow[ct.spark]) for c, ct in zip(columns, contracts)])
     with pg.connect() as holder, pg.connect() as reader:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")

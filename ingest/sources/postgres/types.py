@@ -147,7 +147,6 @@ def array_items(text: str) -> list[str | None]:
     return items
 
 
-
 SIMPLE_ARRAY = r'^\{[^"{}]*\}$'
 """An array literal array_items splits on commas alone: no quoted element (so no escape, comma, brace or
 space inside one), no nesting, no explicit bounds."""
@@ -172,6 +171,7 @@ def array_lists(texts):
     lengths = pc.if_else(empty, 0, pc.fill_null(pc.list_value_length(split), 0))
     offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).cast(pa.int32())])
     return pa.ListArray.from_arrays(offsets, items, mask=pc.is_null(texts))
+
 
 _BY_NAME: dict[str, ColumnType] = {
     "bool": ColumnType("boolean", to_bool),
