@@ -62,7 +62,7 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
     from ingest.sources.postgres.snapshot import copy_chunk
 
     params = PgParams(**spec["conn"], password=options["password"])
-    contracts = [PgType(t["name"], t["element"]).contract(t["typmod"]) for t in spec["types"]]
+    contracts = [PgType(t["name"], t["element"], t["delimiter"]).contract(t["typmod"]) for t in spec["types"]]
     pos = Decimal(spec["pos"])
     with params.connect() as conn:
         for chunk in chunks:
@@ -133,8 +133,7 @@ def chunk_schema(table, contracts, types) -> tuple[str, list[dict]]:
 
     ddl = ", ".join([*(f"{spark_ident(c.name)} {t.spark}" for c, t in zip(table.columns, contracts)),
                      "`_pos` decimal(38,0)"])
-    return ddl, [{"name": types[c.type_oid].name, "element": types[c.type_oid].element, "typmod": c.type_modifier}
-                 for c in table.columns]
+    return ddl, [{**asdict(types[c.type_oid]), "typmod": c.type_modifier} for c in table.columns]
 
 
 def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], at, ranges: list[tuple],

@@ -73,6 +73,7 @@ GOLDEN = [  # column, type, values (one per row; the first row is the edge cases
     ("at", "text[]", ["ARRAY['a b', NULL, 'c,\"d']", "NULL"]),
     ("al", "varchar[]", ["'{x,NULL,yz}'", "NULL"]),  # no quoted element: Arrow splits the column
     ("an", "numeric(5,2)[]", ["'{1.5,NULL,-2}'", "'{}'"]),
+    ("bx", "box[]", ["ARRAY[box '((0,0),(1,1))', NULL, box '(2,3),(4,5)']", "'{}'"]),  # ';' separates boxes
 ]
 
 
@@ -138,7 +139,7 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert [ct.spark for ct in contracts] == [
         "int", "boolean", "smallint", "bigint", "float", "double", "decimal(12,3)", "string", "string", "string",
         "binary", "date", "timestamp_ntz", "timestamp", "string", "string", "string", "string", "string", "int",
-        "array<int>", "array<string>", "array<string>", "array<decimal(5,2)>"]
+        "array<int>", "array<string>", "array<string>", "array<decimal(5,2)>", "array<string>"]
 
     def nan_safe(rows):
         return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in rows]
@@ -154,6 +155,7 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert first["j"] == '{"a": null, "b": [1, 2]}' and first["e"] == "happy" and first["dm"] == 5
     assert first["ai"] == [1, None, 3] and first["at"] == ["a b", None, 'c,"d']
     assert first["al"] == ["x", None, "yz"] and first["an"] == [Decimal("1.50"), None, Decimal("-2.00")]
+    assert first["bx"] == ["(1,1),(0,0)", None, "(4,5),(2,3)"]
     assert dict(zip([c.name for c in relation.columns], from_stream[1]))["wide"] == "NaN"
 
 

@@ -131,6 +131,9 @@ def test_the_type_contract_parses_the_servers_text_forms():
     assert to_instant("2024-01-01 00:00:00.5+05:30") == dt.datetime(2023, 12, 31, 18, 30, 0, 500000, tzinfo=utc)
     assert array_items('{a,"b,c","d\\\\e","f\\"g",NULL,"NULL"}') == ["a", "b,c", "d\\e", 'f"g', None, "NULL"]
     assert array_items("{}") == [] and array_items("[0:1]={1,2}") == ["1", "2"]
+    # box's delimiter is ';' and its text holds commas
+    assert array_items('{(1,1),(0,0);NULL;"(3,3),(2,2)"}', ";") == ["(1,1),(0,0)", None, "(3,3),(2,2)"]
+    assert column_type("_box", -1, "box", ";").convert("{(1,1),(0,0);(3,3),(2,2)}") == ["(1,1),(0,0)", "(3,3),(2,2)"]
     with pytest.raises(ValueOutOfContract, match="multi-dimensional"):
         array_items("{{1,2},{3,4}}")
     assert column_type("_float8", -1, "float8").convert("{1.5,NaN,-Infinity}")[2] == float("-inf")

@@ -15,9 +15,11 @@ class PgType:
     """pg_type.typname of the type, or of a domain's base type."""
     element: str | None
     """An array's element typname (of its base type, for a domain)."""
+    delimiter: str = ","
+    """An array's element delimiter (the element's pg_type.typdelim: ';' for box)."""
 
     def contract(self, typmod: int = -1) -> ColumnType:
-        return column_type(self.name, typmod, self.element)
+        return column_type(self.name, typmod, self.element, self.delimiter)
 
 
 _TYPES_SQL = """
@@ -26,7 +28,7 @@ WITH RECURSIVE base(oid, root) AS (
     UNION ALL
     SELECT b.oid, t.typbasetype FROM base b JOIN pg_type t ON t.oid = b.root WHERE t.typtype = 'd'
 )
-SELECT b.oid, t.typname, e.typname
+SELECT b.oid, t.typname, e.typname, coalesce(e.typdelim, ',')
 FROM base b JOIN pg_type t ON t.oid = b.root LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
 WHERE t.typtype <> 'd'
 """
@@ -36,7 +38,7 @@ def types_of(conn, oids: Iterable[int]) -> dict[int, PgType]:
     """The contract's names for type OIDs (a domain resolves to its base type)."""
     with conn.cursor() as cur:
         cur.execute(_TYPES_SQL, (sorted(set(oids)),))
-        return {oid: PgType(name, element) for oid, name, element in cur.fetchall()}
+        return {oid: PgType(name, element, delimiter) for oid, name, element, delimiter in cur.fetchall()}
 
 
 def set_session(conn) -> None:

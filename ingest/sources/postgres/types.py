@@ -114,8 +114,10 @@ def to_instant(text: str) -> dt.datetime:
         raise ValueOutOfContract(f"timestamptz {text!r} is outside what Delta's timestamp holds") from None
 
 
-def array_items(text: str) -> list[str | None]:
-    """A one-dimensional array literal's elements as text ('{a,"b c",NULL}' -> ['a', 'b c', None])."""
+def array_items(text: str, delimiter: str = ",") -> list[str | None]:
+    """A one-dimensional array literal's elements as text ('{a,"b c",NULL}' -> ['a', 'b c', None]).
+    `delimiter` is the element type's (pg_type.typdelim): ',' but for box, whose text holds commas
+    unquoted and whose arrays separate elements with ';'."""
     if text.startswith("["):  # explicit bounds, '[0:1]={a,b}'
         text = text[text.index("=") + 1:]
     if not (text.startswith("{") and text.endswith("}")):
@@ -124,7 +126,7 @@ def array_items(text: str) -> list[str | None]:
     if not body:
         return []
     if '"' not in body and "{" not in body:  # the common case: no quoted element, no nesting
-        return [None if raw == "NULL" else raw for raw in body.split(",")]
+        return [None if raw == "NULL" else raw for raw in body.split(delimiter)]
     while i <= len(body):
         if i < len(body) and body[i] == "{":
             raise ValueOutOfContract("a multi-dimensional array: only one-dimensional arrays land as arrays")
@@ -138,12 +140,12 @@ def array_items(text: str) -> list[str | None]:
             items.append("".join(out))
             i += 1
         else:
-            end = body.find(",", i)
+            end = body.find(delimiter, i)
             end = len(body) if end < 0 else end
             raw = body[i:end]
             items.append(None if raw == "NULL" else raw)
             i = end
-        i += 1  # the comma
+        i += 1  # the delimiter
     return items
 
 
@@ -188,17 +190,18 @@ _BY_NAME: dict[str, ColumnType] = {
 TEXT = ColumnType("string", None)
 
 
-def column_type(type_name: str, typmod: int = -1, element: str | None = None) -> ColumnType:
+def column_type(type_name: str, typmod: int = -1, element: str | None = None, delimiter: str = ",") -> ColumnType:
     """The contract for a column of type `type_name` (pg_type.typname; arrays: `element` is the
-    element's typname)."""
+    element's typname and `delimiter` its typdelim)."""
     if element is not None:
         inner = column_type(element, typmod)
         convert = inner.convert
 
         def items(text: str) -> list[Any]:
-            return [None if v is None else (convert(v) if convert else v) for v in array_items(text)]
+            return [None if v is None else (convert(v) if convert else v) for v in array_items(text, delimiter)]
 
-        return ColumnType(f"array<{inner.spark}>", items, element=inner)
+        # array_lists splits on commas: an array of another delimiter (box) is split value by value
+        return ColumnType(f"array<{inner.spark}>", items, element=inner if delimiter == "," else None)
     if type_name == "numeric":
         shape = numeric_typmod(typmod)
         if shape is None or shape[0] > SPARK_MAX_DECIMAL_PRECISION:
