@@ -3,13 +3,15 @@
 In the manner of pt-table-checksum: both sides are cut into the same
 primary-key ranges, each range gets a row count and a checksum (the sum of a
 64-bit hash per row), and only the ranges whose counts or checksums differ are
-compared row by row. The source is read once; its per-row hashes are kept on
-the Spark side's disk for the row-by-row step, and nothing per row reaches the
-client except the keys that differ, streamed and counted. The source read is
-newer than silver, so the caller says which keys changed after the position
-silver has merged up to: those are the next batch's business, not a
-divergence. A mismatch names its key ranges and a few keys in each, so it says
-where to look and what to re-snapshot.
+compared row by row. A table that matches is read once on each side; when a
+range differs, the source is read again and its rows in the differing ranges
+kept on the Spark side's disk for the row-by-row step (keeping every row's
+hash from the first read cost a tenth of every check, for the rare one that
+differs). Nothing per row reaches the client except the keys that differ,
+streamed and counted. The source read is newer than silver, so the caller says
+which keys changed after the position silver has merged up to: those are the
+next batch's business, not a divergence. A mismatch names its key ranges and a
+few keys in each, so it says where to look and what to re-snapshot.
 
 The source side (its rows as a DataFrame, its key ranges, the keys changed
 since a position) comes from the caller: see ingest/reconcile.py for MySQL.
@@ -173,11 +175,15 @@ def range_sums(*sides) -> list[dict[int, tuple[int, int]]]:
 
     tagged = reduce(lambda a, b: a.unionByName(b),
                     [side.select(F.lit(i).alias("_side"), "_range", "_h") for i, side in enumerate(sides)])
-    rows = tagged.groupBy("_side", "_range").agg(F.count(F.lit(1)).alias("n"),
-                                                 F.sum(F.col("_h").cast("decimal(38,0)")).alias("s")).collect()
+    # the sum mod 2^64 from two sums of longs, of the hashes' high and low 32 bits: exact below 2^31 rows
+    # a range, where a decimal(38,0) sum (Java's BigDecimal) made a tenth of a 10M-row check
+    h = F.col("_h")
+    rows = tagged.groupBy("_side", "_range").agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.shiftrightunsigned(h, 32)).alias("hi"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo")).collect()
     out: list[dict[int, tuple[int, int]]] = [{} for _ in sides]
     for r in rows:
-        out[r["_side"]][int(r["_range"])] = (int(r["n"]), int(r["s"]) % 2 ** 64)
+        out[r["_side"]][int(r["_range"])] = (int(r["n"]), ((int(r["hi"]) << 32) + int(r["lo"])) % 2 ** 64)
     return out
 
 
@@ -185,8 +191,7 @@ def compare(source, silver, columns: Sequence[str], keys: Sequence[str], chunk_p
             changed_keys: Callable[[], set[Key]], result: Reconciliation) -> Reconciliation:
     """Fill `result` from the source's rows and silver's live rows (DataFrames in lake column names):
     range checksums first, then row by row in the ranges that differ, leaving out `changed_keys()`
-    (called only when some range differs)."""
-    from pyspark import StorageLevel
+    (called only when some range differs, once the source's rows are read again)."""
     from pyspark.sql import functions as F
 
     from ingest.lake.tables import spark_ident
@@ -201,52 +206,55 @@ def compare(source, silver, columns: Sequence[str], keys: Sequence[str], chunk_p
     in_range = range_index(keys, [dict(silver.dtypes)[k] for k in keys], boundaries)
     hashed = [side.select(*[F.col(spark_ident(k)) for k in keys], row_hash(side, columns).alias("_h"),
                           in_range.alias("_range")) for side in (source, silver)]
-    # The source is read once: its hashes stay on the executors' disks for the row-by-row step.
-    s = hashed[0].persist(StorageLevel.DISK_ONLY)
-    t = hashed[1]
-    try:
-        source_sums, silver_sums = range_sums(s, t)
-        result.ranges_checked = len(boundaries) + 1
-        result.source_rows = sum(n for n, _ in source_sums.values())
-        result.silver_rows = sum(n for n, _ in silver_sums.values())
-        result.source_checksum = sum(c for _, c in source_sums.values()) % 2 ** 64
-        result.silver_checksum = sum(c for _, c in silver_sums.values()) % 2 ** 64
-        differ = ranges_that_differ(source_sums, silver_sums)
-        result.ranges_compared_by_row = len(differ)
-        if differ:
-            result.ranges, result.recently_changed = _compare_rows(s, t, differ, boundaries, keys, changed_keys())
-    finally:
-        s.unpersist()
+    source_sums, silver_sums = range_sums(*hashed)
+    result.ranges_checked = len(boundaries) + 1
+    result.source_rows = sum(n for n, _ in source_sums.values())
+    result.silver_rows = sum(n for n, _ in silver_sums.values())
+    result.source_checksum = sum(c for _, c in source_sums.values()) % 2 ** 64
+    result.silver_checksum = sum(c for _, c in silver_sums.values()) % 2 ** 64
+    differ = ranges_that_differ(source_sums, silver_sums)
+    result.ranges_compared_by_row = len(differ)
+    if differ:
+        result.ranges, result.recently_changed = _compare_rows(*hashed, differ, boundaries, keys, changed_keys)
     return result
 
 
-def _compare_rows(s, t, differ: list[int], boundaries: list[Key], keys: Sequence[str], changed: set[Key]):
-    """The rows of the differing ranges joined on the key, less the `changed` keys. Returns the ranges
-    that still differ and how many keys were left out."""
+def _compare_rows(source, t, differ: list[int], boundaries: list[Key], keys: Sequence[str],
+                  changed_keys: Callable[[], set[Key]]):
+    """The rows of the differing ranges joined on the key, less the keys changed since silver's position.
+    Returns the ranges that still differ and how many keys were left out."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from ingest.lake.tables import spark_ident
 
     picked = F.col("_range").isin(differ)
-    joined = s.where(picked).alias("s").join(t.where(picked).alias("t"), on=list(keys), how="full_outer")
-    kind = (F.when(F.col("t._h").isNull(), "missing").when(F.col("s._h").isNull(), "extra")
-            .when(F.col("s._h") != F.col("t._h"), "different"))
-    rows = (joined.select(*[F.col(spark_ident(k)) for k in keys],
-                          F.coalesce(F.col("s._range"), F.col("t._range")).alias("_range"), kind.alias("_kind"))
-            .where(F.col("_kind").isNotNull()).toLocalIterator())
-    left_out = 0
+    # the source's rows of those ranges, read again and held on the executors' disks before the binlog
+    # is asked what changed: so every change between silver's position and this read is in `changed`
+    s = source.where(picked).persist(StorageLevel.DISK_ONLY)
+    try:
+        s.count()
+        changed = changed_keys()
+        joined = s.alias("s").join(t.where(picked).alias("t"), on=list(keys), how="full_outer")
+        kind = (F.when(F.col("t._h").isNull(), "missing").when(F.col("s._h").isNull(), "extra")
+                .when(F.col("s._h") != F.col("t._h"), "different"))
+        rows = (joined.select(*[F.col(spark_ident(k)) for k in keys],
+                              F.coalesce(F.col("s._range"), F.col("t._range")).alias("_range"), kind.alias("_kind"))
+                .where(F.col("_kind").isNotNull()).toLocalIterator())
+        left_out = 0
 
-    def differences():
-        nonlocal left_out
-        for r in rows:
-            key = tuple(r[k] for k in keys)
-            if key in changed:
-                left_out += 1
-            else:
-                yield int(r["_range"]), key, r["_kind"]
+        def differences():
+            nonlocal left_out
+            for r in rows:
+                key = tuple(r[k] for k in keys)
+                if key in changed:
+                    left_out += 1
+                else:
+                    yield int(r["_range"]), key, r["_kind"]
 
-    ranges = group_by_range(differences(), boundaries)
-    return ranges, left_out
+        return group_by_range(differences(), boundaries), left_out
+    finally:
+        s.unpersist()
 
 
 def reconciliation_metadata(result: Reconciliation) -> dict[str, Any]:
