@@ -114,7 +114,7 @@ SESSION_CONF: dict[str, str] = {
     # its rows run interpreted; past this limit Spark codegens the stage's expressions one by one
     # instead (Spark's docs advise 8000 on HotSpot). Reconciliation's range search (a CASE tree over
     # up to 1,023 key boundaries) made such a method: its 10M-row check took 24 s, 11 s with the limit.
-    # None of the snapshot's, batch's or merge's plans reach it.
+    # The snapshot and CDC benchmarks' plans do not reach it (their server logs name no such method).
     "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 """Set on every session (Spark hands a session's Hadoop-style keys to the file writers)."""

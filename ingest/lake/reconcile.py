@@ -219,7 +219,7 @@ def compare(source, silver, columns: Sequence[str], keys: Sequence[str], chunk_p
     return result
 
 
-def _compare_rows(source, t, differ: list[int], boundaries: list[Key], keys: Sequence[str],
+def _compare_rows(source, silver, differ: list[int], boundaries: list[Key], keys: Sequence[str],
                   changed_keys: Callable[[], set[Key]]):
     """The rows of the differing ranges joined on the key, less the keys changed since silver's position.
     Returns the ranges that still differ and how many keys were left out."""
@@ -229,13 +229,14 @@ def _compare_rows(source, t, differ: list[int], boundaries: list[Key], keys: Seq
     from ingest.lake.tables import spark_ident
 
     picked = F.col("_range").isin(differ)
-    # the source's rows of those ranges, read again and held on the executors' disks before the binlog
-    # is asked what changed: so every change between silver's position and this read is in `changed`
+    # the source's rows of those ranges, read again and held on the executors' disks before the change
+    # log (binlog, slot) is asked what changed: so every change between silver's position and this read
+    # is in `changed`
     s = source.where(picked).persist(StorageLevel.DISK_ONLY)
     try:
         s.count()
         changed = changed_keys()
-        joined = s.alias("s").join(t.where(picked).alias("t"), on=list(keys), how="full_outer")
+        joined = s.alias("s").join(silver.where(picked).alias("t"), on=list(keys), how="full_outer")
         kind = (F.when(F.col("t._h").isNull(), "missing").when(F.col("s._h").isNull(), "extra")
                 .when(F.col("s._h") != F.col("t._h"), "different"))
         rows = (joined.select(*[F.col(spark_ident(k)) for k in keys],
