@@ -404,8 +404,9 @@ class MaintenanceSettings(Scheduled):
 
 class ReconcileSettings(Scheduled):
     cron: str | None = "0 4 * * *"
-    """When the `reconcile_silver` schedule runs every MySQL silver table's `reconciliation` check (a full
-    read of each source table); null: no schedule (run the job or a check by hand)."""
+    """When the `reconcile_silver` schedule runs every silver table's `reconciliation` check (a full read
+    of each source table: MySQL, PostgreSQL and DynamoDB); null: no schedule (run the job or a check by
+    hand)."""
 
 
 class SourcesConfig(_Model):

@@ -170,3 +170,77 @@ class StreamBatchWrite:
         return {**meta, "pages": batch.pages, "iterator_refreshes": batch.iterator_refreshes,
                 "shards_finished": len(batch.shards_finished), "lag_seconds": round(lag, 3),
                 "ttl_deletes": sum(r.origin == "ttl" for r in batch.records), "position": batch.end.summary()}
+
+
+def silver_checkpoint(silver_path: str, snapshot_path: str) -> tuple[StreamCheckpoint, str] | None:
+    """The stream checkpoint silver has merged up to, and what it is, from the Delta logs: the end of the
+    newest batch merged since its snapshot, else that snapshot's stream positions (None: no snapshot
+    merged)."""
+    from ingest.lake.commits import commits, last_commit
+
+    history = commits(silver_path)
+    snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)
+    if snapshot is None:
+        return None
+    # batches merge in order (each starts at its predecessor's end), so the newest merged is the furthest
+    batch = next((c for c in history if c.metadata.get("batch") and c.version > snapshot.version), None)
+    if batch is not None:
+        return StreamCheckpoint.from_metadata(batch.metadata["end"]), f"the end of batch {batch.metadata['batch']}"
+    snapshot_id = snapshot.metadata["snapshot_id"]
+    snap = last_commit(snapshot_path, kind="snapshot", snapshot_id=snapshot_id, complete=True)
+    if snap is None:
+        return None
+    return StreamCheckpoint.from_metadata(snap.metadata["stream_positions"]), f"the start of snapshot {snapshot_id}"
+
+
+def keys_changed_since(settings: ClientSettings, source: str, table: str, types: TableTypes,
+                       start: StreamCheckpoint, page_limit: int, per_read: int = 10_000) -> set[tuple]:
+    """The keys of every stream record after `start`, read until the stream has nothing more."""
+    from ingest.sources.dynamodb.streams import read_stream_batch
+
+    keys: set[tuple] = set()
+    checkpoint = start
+    while True:
+        batch = read_stream_batch(settings.streams(), source, table, types, checkpoint, per_read, page_limit)
+        keys.update(tuple(r.row.get(k) for k in types.key_columns) for r in batch.records)
+        if not batch.records:
+            return keys
+        checkpoint = batch.end
+
+
+def reconcile(spark, settings: ClientSettings, source: str, table: str, declared: dict[str, str], silver_path: str,
+              snapshot_path: str, *, segments: int, parallelism: int, consistent_read: bool, page_size: int | None,
+              page_limit: int):
+    """Compare silver's live rows with a parallel Scan of the table now. A Scan is no point in time, so
+    every key the stream shows changed after silver's position, up to after the Scan, is left to the next
+    batch; the key ranges come from a sample of silver's keys (DynamoDB keeps no order across a table)."""
+    from ingest.lake.columns import lake_name
+    from ingest.lake.merge import live_rows
+    from ingest.lake.reconcile import Reconciliation, compare, sampled_boundaries
+    from ingest.lake.write import lake_columns
+    from ingest.sources.dynamodb.streams import stream_of
+
+    started = time.monotonic()
+    merged = silver_checkpoint(silver_path, snapshot_path)
+    if merged is None:
+        raise ValueError(f"source {source}, table {table}: silver at {silver_path} has no snapshot merged yet. "
+                         f"Fix: materialize {source}/{table}/snapshot and a change batch first")
+    position, label = merged
+    stream_arn, desc = stream_of(settings.dynamodb(), source, table)
+    if stream_arn != position.stream_arn:
+        raise StreamGap(f"source {source}, table {table}: the table's stream is now {stream_arn}, not "
+                        f"{position.stream_arn} where silver's last batch ended (the stream was replaced). "
+                        f"{resnapshot_fix(source, table)}")
+    types = TableTypes.build(table, desc["KeySchema"], desc["AttributeDefinitions"], declared)
+    keys = [lake_name(k) for k in types.key_columns]
+    silver = live_rows(spark.read.format("delta").load(silver_path))
+    scan = read_segments_df(spark, settings, table, types, list(range(segments)), segments, consistent_read,
+                            page_size, 0).drop("_pos")
+    if parallelism < segments:
+        scan = scan.coalesce(parallelism)
+    result = compare(lake_columns(scan), silver, [lake_name(n) for n, _ in types.columns], keys,
+                     sampled_boundaries(silver, keys),
+                     lambda: keys_changed_since(settings, source, table, types, position, page_limit),
+                     Reconciliation(table, compared_at=label))
+    result.seconds = time.monotonic() - started
+    return result

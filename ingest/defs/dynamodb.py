@@ -164,6 +164,36 @@ def _batch_request(instance, name: str, source: DynamoDBSource, table: str, key:
                          source.cdc.max_run_seconds)
 
 
+def reconciliation_checks(name: str, source: DynamoDBSource) -> AssetChecksDefinition:
+    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity
+
+    from ingest.defs.checks import per_table_check
+    from ingest.defs.factory import RECONCILIATION
+
+    def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
+        from ingest.adapters.dynamodb import reconcile
+        from ingest.defs.io_managers import to_dagster_metadata
+        from ingest.lake.reconcile import reconciliation_metadata
+        from ingest.sources.dynamodb.client import client_settings
+
+        s, lake = source.snapshot, context.resources.lake
+        result = reconcile(lake.spark.session, client_settings(source), name, table,
+                           dict(source.attributes.get(table, {})), lake.path_for(_table_key(name, table)),
+                           lake.path_for(_table_key(name, table, "snapshot")), segments=s.segments,
+                           parallelism=s.parallelism, consistent_read=True, page_size=s.page_size,
+                           page_limit=source.cdc.page_limit)
+        context.log.info(result.summary())
+        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
+                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+
+    return per_table_check(name, RECONCILIATION, {t: _table_key(name, t) for t in source.tables}, lambda table: (
+        f"Compares the live rows of silver with a parallel Scan of DynamoDB table `{table}` (strongly "
+        "consistent reads): a row count and checksum per key range (ranges cut from a sample of silver's "
+        "keys) on both sides, then row by row only in the ranges that differ, leaving out keys the stream "
+        "shows changed after silver's position. Reads the whole table: it runs on the `reconcile_silver` "
+        "schedule, or from the UI."), reconcile_table)
+
+
 def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
                         ) -> tuple[list[AssetsDefinition], SensorDefinition, list[AssetChecksDefinition]]:
     partitions = {t: stream_partitions(name, t) for t in source.tables}
@@ -182,6 +212,7 @@ def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
             assets.append(history_asset(name, table, partitions[table], f"DynamoDB table `{table}`"))
         checks.append(contiguity_check(batch_log_key(name, table), StreamCheckpoint.from_metadata,
                                        lambda a, b: None, batch_ordinal))
+    checks.append(reconciliation_checks(name, source))
     return assets, stream_sensor(name, source, partitions, lake_root), checks
 
 

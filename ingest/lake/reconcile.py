@@ -15,6 +15,8 @@ few keys in each, so it says where to look and what to re-snapshot.
 
 The source side (its rows as a DataFrame, its key ranges, the keys changed
 since a position) comes from the caller: see ingest/reconcile.py for MySQL.
+A source with no key order of its own (DynamoDB's Scan) takes its ranges from
+a sample of silver's keys (`sampled_boundaries`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ Key = tuple[Any, ...]
 MAX_REPORTED_KEYS = 5
 MAX_RANGES = 1024
 """Checksummed ranges per table: the range expression stays small; a mismatch re-reads one range's rows."""
+ROWS_PER_SAMPLED_RANGE = 10_000
+"""Rows per range where the ranges come from a sample of silver's keys: a range that differs is compared
+row by row, so a few thousand rows keep that step small."""
+SAMPLE_PER_RANGE = 16
+"""Sampled keys per range: enough that the ranges come out of about equal size."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,22 @@ def thin_boundaries(boundaries: Sequence[Key], max_ranges: int = MAX_RANGES) -> 
     """At most `max_ranges - 1` of the chunk plan's boundaries, evenly spaced (pure)."""
     step = -(-(len(boundaries) + 1) // max_ranges)  # ceil: ranges = boundaries + 1
     return list(boundaries[step - 1::step]) if step > 1 else list(boundaries)
+
+
+def evenly_spaced(ordered: Sequence[Key], ranges: int) -> list[Key]:
+    """`ranges - 1` boundaries at even steps through keys in order, repeats dropped (pure)."""
+    step = len(ordered) / ranges
+    picked: list[Key] = []
+    for i in range(1, ranges):
+        key = ordered[int(i * step)]
+        if not picked or picked[-1] != key:
+            picked.append(key)
+    return picked
+
+
+def hashable(key: Sequence[Any]) -> Key:
+    """A key as a tuple that can go in a set: Spark returns binary values as bytearrays (pure)."""
+    return tuple(bytes(v) if isinstance(v, bytearray) else v for v in key)
 
 
 def ranges_that_differ(source: dict[int, tuple[int, int]], silver: dict[int, tuple[int, int]]) -> list[int]:
@@ -164,6 +187,23 @@ def range_index(keys: Sequence[str], types: Sequence[str], boundaries: Sequence[
         return F.when(less(boundaries[mid]), search(lo, mid)).otherwise(search(mid + 1, hi))
 
     return search(0, len(boundaries))
+
+
+def sampled_boundaries(df, keys: Sequence[str], rows_per_range: int = ROWS_PER_SAMPLED_RANGE,
+                       max_ranges: int = MAX_RANGES) -> list[Key]:
+    """Range boundaries for a source without a chunk plan: keys at even steps through a sample of `df`'s
+    keys, in Spark's order. Two small jobs on silver (a count and the sample), against a full read of the
+    source."""
+    from ingest.lake.tables import spark_ident
+
+    rows = df.count()
+    ranges = min(max_ranges, rows // rows_per_range)
+    if ranges < 2:
+        return []
+    cols = [spark_ident(k) for k in keys]
+    sample = df.select(*cols).sample(fraction=min(1.0, ranges * SAMPLE_PER_RANGE / rows), seed=1)
+    ordered = [hashable(r) for r in sample.orderBy(*cols).collect()]
+    return evenly_spaced(ordered, ranges) if len(ordered) >= ranges else []
 
 
 def range_sums(*sides) -> list[dict[int, tuple[int, int]]]:
@@ -247,7 +287,7 @@ def _compare_rows(source, silver, differ: list[int], boundaries: list[Key], keys
         def differences():
             nonlocal left_out
             for r in rows:
-                key = tuple(r[k] for k in keys)
+                key = hashable([r[k] for k in keys])
                 if key in changed:
                     left_out += 1
                 else:

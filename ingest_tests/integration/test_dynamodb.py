@@ -310,3 +310,48 @@ def test_a_dynamodb_table_opted_into_deletion_vectors_gets_them_in_silver(harnes
     merge = last_commit(h.spark, h.path(table, "silver"))
     assert merge.deletion_vectors and names_keys(merge.predicate, "id"), merge.predicate
     assert int(merge.metrics["numTargetDeletionVectorsAdded"]) > 0
+
+
+def test_reconciliation_of_a_dynamodb_table_leaves_unsynced_changes_and_names_hand_edits(harness, ddb):
+    """The `reconciliation` check, run by the job its schedule launches: a Scan against silver, keys the
+    stream changed after silver's position left out, silver's own divergences named by key."""
+    from ingest_tests.integration.test_reconcile import scheduled_reconciliation
+    from ingest.adapters.dynamodb import reconcile
+    from ingest.lake.merge import delta_path
+    from ingest.sources.dynamodb.client import client_settings
+
+    table = create_table(ddb, unique("rec"), range_key=True)
+    for i in range(120):
+        ddb.put_item(TableName=table, Item=every_type_item(i, sk={"N": str(i % 3)}))
+    h = harness([table])
+    with pytest.raises(ValueError, match="no snapshot merged yet. Fix: materialize"):
+        reconcile(h.spark, client_settings(h.source), h.name, table, {}, h.path(table, "silver"),
+                  h.path(table, "snapshot"), segments=2, parallelism=2, consistent_read=True, page_size=None,
+                  page_limit=1000)
+    h.snapshot(table)
+    ddb.put_item(TableName=table, Item=every_type_item(3, sk={"N": "0"}, total={"N": "7.25"}))
+    ddb.delete_item(TableName=table, Key={"id": {"S": "item-00004"}, "sk": {"N": "1"}})
+    assert h.sync_until_idle() == ["00000001"]
+    synced = scheduled_reconciliation(h, table)
+    assert synced.passed, synced.description
+    assert synced.metadata["source_rows"].value == synced.metadata["silver_rows"].value == 119
+    assert synced.metadata["ranges_compared_by_row"].value == 0
+
+    # after the last batch: changes the next batch brings, not divergences
+    ddb.put_item(TableName=table, Item=every_type_item(500, sk={"N": "2"}))
+    ddb.put_item(TableName=table, Item=every_type_item(6, sk={"N": "0"}, total={"N": "1.00"}))
+    ddb.delete_item(TableName=table, Key={"id": {"S": "item-00007"}, "sk": {"N": "1"}})
+    pending = scheduled_reconciliation(h, table)
+    assert pending.passed, pending.description
+    assert pending.metadata["recently_changed_keys"].value == 3
+    assert "left to the next batch" in pending.description and "the end of batch 00000001" in pending.description
+
+    silver = delta_path(h.path(table, "silver"))  # hand edits, as a user with write access might
+    h.spark.sql(f"UPDATE {silver} SET total = -1 WHERE id = 'item-00010'")
+    h.spark.sql(f"DELETE FROM {silver} WHERE id = 'item-00011'")
+    failed = scheduled_reconciliation(h, table)
+    assert not failed.passed
+    (described,) = failed.metadata["ranges"].value
+    assert "1 missing, 0 extra, 1 different (e.g. ('item-00010', " in described, described
+    assert "('item-00011', " in described and "Fix: re-snapshot" in failed.description
+    assert failed.metadata["recently_changed_keys"].value == 3

@@ -4,7 +4,7 @@ its per-range sums are exact."""
 import bisect
 import random
 
-from ingest.lake.reconcile import range_index, range_sums
+from ingest.lake.reconcile import Reconciliation, compare, range_index, range_sums, sampled_boundaries
 
 
 def test_composite_keys_fall_in_the_range_a_binary_search_of_the_boundaries_gives(spark):
@@ -31,3 +31,28 @@ def test_range_sums_count_rows_and_add_their_hashes_mod_2_64_exactly_at_the_extr
             n, total = want.get(r, (0, 0))
             want[r] = (n + 1, (total + h) % 2 ** 64)
         assert got == want
+
+
+def test_ranges_sampled_from_silver_are_about_equal_and_name_the_key_that_differs(spark):
+    """A source without a chunk plan (DynamoDB): the ranges come from a sample of silver's keys, here
+    composite with a binary part, and a row that differs is named with its key as the change log gives it."""
+    rows = [(f"k{i % 97:02d}", bytes([i % 251, i // 251]), i) for i in range(20_000)]
+    silver = spark.createDataFrame(rows, "pk string, sk binary, v long")
+    boundaries = sampled_boundaries(silver, ["pk", "sk"], rows_per_range=1_000)
+    assert 15 <= len(boundaries) <= 19 and boundaries == sorted(boundaries)
+    assert all(isinstance(b[1], bytes) for b in boundaries)
+    keys = sorted((pk, sk) for pk, sk, _ in rows)
+    sizes = [b - a for a, b in zip([0, *(bisect.bisect_left(keys, k) for k in boundaries)],
+                                   [*(bisect.bisect_left(keys, k) for k in boundaries), len(keys)])]
+    assert max(sizes) < 3 * 1_000, sizes  # about 20,000 / 20 rows each
+    assert sampled_boundaries(silver, ["pk", "sk"], rows_per_range=20_000) == []  # one range: no boundaries
+
+    edited = [(pk, sk, -1 if (pk, sk) in ((rows[5][0], rows[5][1]), (rows[9][0], rows[9][1])) else v)
+              for pk, sk, v in rows]
+    source = spark.createDataFrame(edited, "pk string, sk binary, v long")
+    changed = {(rows[9][0], rows[9][1])}  # the change log's bytes
+    result = compare(source, silver, ["pk", "sk", "v"], ["pk", "sk"], boundaries, lambda: changed,
+                     Reconciliation("t"))
+    assert result.recently_changed == 1
+    (diff,) = result.ranges
+    assert (diff.different, diff.keys) == (1, ((rows[5][0], rows[5][1]),))

@@ -2,7 +2,9 @@
 
 import bisect
 
-from ingest.lake.reconcile import MAX_REPORTED_KEYS, group_by_range, ranges_that_differ, thin_boundaries
+from ingest.lake.reconcile import (
+    MAX_REPORTED_KEYS, evenly_spaced, group_by_range, hashable, ranges_that_differ, thin_boundaries,
+)
 from ingest.batches import merged_through
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 
@@ -47,3 +49,15 @@ def test_a_long_chunk_plan_is_thinned_to_at_most_the_range_cap():
     assert len(thinned) + 1 <= 1024 and thinned == sorted(thinned) and set(thinned) <= set(plan)
     assert thin_boundaries(plan[:100], 1024) == plan[:100]
     assert thin_boundaries([], 1024) == []
+
+
+def test_sampled_keys_give_evenly_spaced_boundaries_without_repeats():
+    ordered = [(k,) for k in range(100)]
+    assert evenly_spaced(ordered, 4) == [(25,), (50,), (75,)]
+    assert evenly_spaced(ordered, 1) == []
+    assert evenly_spaced([(1,), (1,), (1,), (2,)], 4) == [(1,), (2,)]
+
+
+def test_binary_key_values_from_spark_become_hashable_and_equal_to_the_change_logs_bytes():
+    key = hashable([bytearray(b"\x00k"), "s", 3])
+    assert key == (b"\x00k", "s", 3) and key in {(b"\x00k", "s", 3)}
