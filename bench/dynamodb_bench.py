@@ -1,5 +1,6 @@
 """DynamoDB benchmarks on DynamoDB Local (AWS's emulator): the scan snapshot against a single-threaded boto3 Scan loop,
-and a stream batch against a raw GetRecords loop over the same records."""
+reconciliation of the snapshot's silver against that snapshot, and a stream batch against a raw GetRecords loop
+over the same records."""
 
 from __future__ import annotations
 
@@ -64,12 +65,12 @@ def dynamodb_bench(spark, start_server, lake: Path, items: int, log) -> list[Res
     it holds some 20k stream records."""
     server = start_server()
     try:
-        scan = scan_bench(spark, server.endpoint_url, lake, items, log)
+        scans = scan_bench(spark, server.endpoint_url, lake, items, log)
     finally:
         server.stop()
     server = start_server()
     try:
-        return [scan, stream_bench(spark, server.endpoint_url, lake, items, log)]
+        return [*scans, stream_bench(spark, server.endpoint_url, lake, items, log)]
     finally:
         server.stop()
 
@@ -93,7 +94,7 @@ def snapshot(spark, settings, lake: Path, table: str, segments: int, parallelism
     return time.perf_counter() - started, meta
 
 
-def scan_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> Result:
+def scan_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> list[Result]:
     client, _, settings = clients(endpoint_url)
     # Scan: a loaded table; a warm-up snapshot first keeps JVM and Python-worker start-up out.
     create_table(client, "scan")
@@ -106,8 +107,32 @@ def scan_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> Result:
     ours_s, meta = snapshot(spark, settings, lake, "scan", 4, 2)
     assert meta["rows"] == items, meta
     log(f"scan: ours {ours_s:.1f} s, raw {raw_s:.1f} s")
-    return Result(f"dynamodb_scan_{items // 1000}k", items / ours_s, "boto3_scan_loop_1_thread", items / raw_s,
-                  "items/s", target=1.0, details={"segments": 4, "parallelism": 2, "ours_seconds": ours_s, "raw_seconds": raw_s})
+    return [Result(f"dynamodb_scan_{items // 1000}k", items / ours_s, "boto3_scan_loop_1_thread", items / raw_s,
+                   "items/s", target=1.0,
+                   details={"segments": 4, "parallelism": 2, "ours_seconds": ours_s, "raw_seconds": raw_s}),
+            reconcile_bench(spark, settings, lake, "scan", items, ours_s, log, warm="warm")]
+
+
+def reconcile_bench(spark, settings, lake: Path, table: str, items: int, snapshot_s: float, log, warm: str) -> Result:
+    """The `reconciliation` check of the snapshot's silver (a Scan, silver's key sample, range checksums)
+    against the snapshot of the same table just before: both read the whole table once. The check runs
+    on the snapshotted `warm` table first, as the snapshot did, to keep its first plan's start-up out."""
+    from ingest.adapters.dynamodb import reconcile
+    from ingest.lake.silver import SilverFromSnapshot
+    from ingest.lake.tables import LakeTable
+
+    for name in (warm, table):
+        snap, silver = str(lake / name / "snapshot"), str(lake / name / "silver")
+        SilverFromSnapshot("bench", name, LakeTable(spark, snap)).apply(spark, silver, lambda _m: None)
+        result = reconcile(spark, settings, "bench", name, ATTRIBUTES, silver, snap, segments=4, parallelism=2,
+                           consistent_read=True, page_size=None, page_limit=1000)
+        assert result.passed, result.summary()
+    assert result.source_rows == items, result.summary()
+    log(f"reconcile: {result.seconds:.1f} s in {result.ranges_checked} ranges, snapshot {snapshot_s:.1f} s")
+    return Result(f"dynamodb_reconcile_{items // 1000}k", items / result.seconds, "scan_snapshot_same_table",
+                  items / snapshot_s, "items/s", target=1.0,
+                  details={"ours_seconds": result.seconds, "snapshot_seconds": snapshot_s,
+                           "ranges": result.ranges_checked, "segments": 4, "parallelism": 2})
 
 
 def stream_bench(spark, endpoint_url: str, lake: Path, items: int, log) -> Result:

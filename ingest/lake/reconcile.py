@@ -192,18 +192,28 @@ def range_index(keys: Sequence[str], types: Sequence[str], boundaries: Sequence[
 def sampled_boundaries(df, keys: Sequence[str], rows_per_range: int = ROWS_PER_SAMPLED_RANGE,
                        max_ranges: int = MAX_RANGES) -> list[Key]:
     """Range boundaries for a source without a chunk plan: keys at even steps through a sample of `df`'s
-    keys, in Spark's order. Two small jobs on silver (a count and the sample), against a full read of the
-    source."""
+    keys. The keys with the smallest hashes are a uniform sample of fixed size, and the largest of those
+    hashes says how many keys there are (k minimum values: a standard error under 1 % at this size), so one job on
+    silver's keys sizes and cuts the ranges (a count and a sample were two, and took twice as long)."""
+    from pyspark.sql import functions as F
+
     from ingest.lake.tables import spark_ident
 
-    rows = df.count()
+    size = max_ranges * SAMPLE_PER_RANGE
+    cols = [F.col(spark_ident(k)) for k in keys]
+    sample = df.select(*cols, F.xxhash64(*cols).alias("_h")).orderBy("_h").limit(size).collect()
+    rows = len(sample) if len(sample) < size else estimated_count(size, sample[-1]["_h"])
     ranges = min(max_ranges, rows // rows_per_range)
     if ranges < 2:
         return []
-    cols = [spark_ident(k) for k in keys]
-    sample = df.select(*cols).sample(fraction=min(1.0, ranges * SAMPLE_PER_RANGE / rows), seed=1)
-    ordered = [hashable(r) for r in sample.orderBy(*cols).collect()]
-    return evenly_spaced(ordered, ranges) if len(ordered) >= ranges else []
+    # Python's order of str, decimal and bytes tuples is Spark's; were it not, the ranges would be
+    # uneven, not wrong: both sides place their rows with the same expression
+    return evenly_spaced(sorted(hashable([r[k] for k in keys]) for r in sample), ranges)
+
+
+def estimated_count(k: int, kth_smallest_hash: int) -> int:
+    """Distinct values behind `k` smallest 64-bit signed hashes, the largest of them given (pure)."""
+    return int((k - 1) / ((kth_smallest_hash + 2 ** 63 + 1) / 2 ** 64))
 
 
 def range_sums(*sides) -> list[dict[int, tuple[int, int]]]:

@@ -3,7 +3,7 @@
 import bisect
 
 from ingest.lake.reconcile import (
-    MAX_REPORTED_KEYS, evenly_spaced, group_by_range, hashable, ranges_that_differ, thin_boundaries,
+    MAX_REPORTED_KEYS, estimated_count, evenly_spaced, group_by_range, hashable, ranges_that_differ, thin_boundaries,
 )
 from ingest.batches import merged_through
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
@@ -61,3 +61,13 @@ def test_sampled_keys_give_evenly_spaced_boundaries_without_repeats():
 def test_binary_key_values_from_spark_become_hashable_and_equal_to_the_change_logs_bytes():
     key = hashable([bytearray(b"\x00k"), "s", 3])
     assert key == (b"\x00k", "s", 3) and key in {(b"\x00k", "s", 3)}
+
+
+def test_the_kth_smallest_of_uniform_64_bit_hashes_estimates_how_many_there_are():
+    import random
+
+    rng = random.Random(3)
+    for n in (20_000, 200_000):
+        hashes = sorted(rng.randrange(-2 ** 63, 2 ** 63) for _ in range(n))
+        assert abs(estimated_count(4096, hashes[4095]) - n) < 0.05 * n
+    assert estimated_count(10, 2 ** 63 - 1) == 9  # every hash taken: k - 1 at least
