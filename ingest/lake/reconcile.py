@@ -81,9 +81,9 @@ class Reconciliation:
 
     def summary(self) -> str:
         if self.passed:
-            return (f"{self.table}: silver matches the source ({self.source_rows} rows in {self.ranges_checked} "
-                    f"key ranges; {self.recently_changed} keys changed since {self.compared_at} left to the "
-                    "next batch)")
+            ranges = f"{self.ranges_checked} key range{'' if self.ranges_checked == 1 else 's'}"
+            return (f"{self.table}: silver matches the source ({self.source_rows} rows in {ranges}; "
+                    f"{self.recently_changed} keys changed since {self.compared_at} left to the next batch)")
         return (f"{self.table}: silver differs from the source in {len(self.ranges)} key range(s): "
                 + "; ".join(r.describe() for r in self.ranges)
                 + ". Fix: re-snapshot the table (materialize its snapshot asset, then a change batch)")
