@@ -47,6 +47,17 @@ def committed_batches(spark, bronze_path: str, mysql: bool) -> list[CommittedBat
     return [found[k] for k in sorted(found)]
 
 
+def reconciliation_result(context: AssetCheckExecutionContext, result) -> AssetCheckResult:
+    """A `reconciliation` check's verdict (ingest/lake/reconcile.Reconciliation), logged and with its
+    figures as metadata."""
+    from ingest.defs.io_managers import to_dagster_metadata
+    from ingest.lake.reconcile import reconciliation_metadata
+
+    context.log.info(result.summary())
+    return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
+                            metadata=to_dagster_metadata(reconciliation_metadata(result)))
+
+
 def per_table_check(source: str, check: str, keys: Mapping[str, AssetKey], description: str | Callable[[str], str],
                     evaluate: Callable[[AssetCheckExecutionContext, str], AssetCheckResult]) -> AssetChecksDefinition:
     """`check` on every table of `source` (`keys`: table -> the asset it checks) as one definition that runs

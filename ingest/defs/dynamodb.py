@@ -165,15 +165,13 @@ def _batch_request(instance, name: str, source: DynamoDBSource, table: str, key:
 
 
 def reconciliation_checks(name: str, source: DynamoDBSource) -> AssetChecksDefinition:
-    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity
+    from dagster import AssetCheckExecutionContext, AssetCheckResult
 
-    from ingest.defs.checks import per_table_check
+    from ingest.defs.checks import per_table_check, reconciliation_result
     from ingest.defs.factory import RECONCILIATION
 
     def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.adapters.dynamodb import reconcile
-        from ingest.defs.io_managers import to_dagster_metadata
-        from ingest.lake.reconcile import reconciliation_metadata
         from ingest.sources.dynamodb.client import client_settings
 
         s, lake = source.snapshot, context.resources.lake
@@ -182,9 +180,7 @@ def reconciliation_checks(name: str, source: DynamoDBSource) -> AssetChecksDefin
                            lake.path_for(_table_key(name, table, "snapshot")), segments=s.segments,
                            parallelism=s.parallelism, consistent_read=True, page_size=s.page_size,
                            page_limit=source.cdc.page_limit)
-        context.log.info(result.summary())
-        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
-                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+        return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: _table_key(name, t) for t in source.tables}, lambda table: (
         f"Compares the live rows of silver with a parallel Scan of DynamoDB table `{table}` (strongly "

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from dagster import (
-    AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetChecksDefinition, AssetExecutionContext,
+    AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetExecutionContext,
     AssetIn, AssetKey, AssetObservation, AssetOut, AssetsDefinition, BackfillPolicy, DynamicPartitionsDefinition, Output,
     SensorDefinition, asset, multi_asset,
 )
@@ -428,11 +428,9 @@ RECONCILIATION = "reconciliation"
 
 def reconciliation_checks(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig
                           ) -> AssetChecksDefinition:
-    from ingest.defs.checks import per_table_check
+    from ingest.defs.checks import per_table_check, reconciliation_result
 
     def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
-        from ingest.defs.io_managers import to_dagster_metadata
-        from ingest.lake.reconcile import reconciliation_metadata
         from ingest.reconcile import reconcile
 
         settings = source.snapshot_settings(table)
@@ -443,10 +441,7 @@ def reconciliation_checks(name: str, source: MySQLSource, tables: list[str], con
             schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
         result = reconcile(lake.spark.session, params, schema, lake.path_for(table_key(name, table)),
                            chunk_size=settings.chunk_size, parallelism=settings.parallelism)
-        context.log.info(result.summary())
-        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR,
-                                description=result.summary(),
-                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+        return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (
         f"Compares the live rows of silver with `{source.database}.{table}`: a row count and checksum per "

@@ -246,24 +246,20 @@ def freshness_checks(name: str, source: PostgresSource, tables: list[str], lake_
 
 
 def reconciliation_checks(name: str, source: PostgresSource, tables: list[str]):
-    from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity
+    from dagster import AssetCheckExecutionContext, AssetCheckResult
 
-    from ingest.defs.checks import per_table_check
+    from ingest.defs.checks import per_table_check, reconciliation_result
     from ingest.defs.factory import RECONCILIATION
 
     def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.adapters.postgres import reconcile
-        from ingest.defs.io_managers import to_dagster_metadata
-        from ingest.lake.reconcile import reconciliation_metadata
 
         settings = source.snapshot_settings(table)
         lake = context.resources.lake
         result = reconcile(lake.spark.session, pg_params(source), source.slot_name(name), source.publication,
                            source.qualified(table), lake.path_for(table_key(name, table)),
                            chunk_size=settings.chunk_size, parallelism=settings.parallelism)
-        context.log.info(result.summary())
-        return AssetCheckResult(passed=result.passed, severity=AssetCheckSeverity.ERROR, description=result.summary(),
-                                metadata=to_dagster_metadata(reconciliation_metadata(result)))
+        return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (
         f"Compares the live rows of silver with `{source.qualified(table)}` read at a temporary slot's exported "
