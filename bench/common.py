@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import platform
-import socket
 import subprocess
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ingest.localdev.processes import free_port  # noqa: F401 - the benchmarks' ports come from here
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = BENCH_DIR.parent
@@ -61,12 +62,6 @@ def fmt(value: float) -> str:
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.3g}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def machine() -> dict[str, Any]:

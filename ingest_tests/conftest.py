@@ -4,15 +4,10 @@ integration/ (a real MariaDB started here, stopped by PID at the end)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ingest.localdev.processes import free_port  # noqa: F401 - the tests' ports come from here
 
 
 @pytest.fixture(scope="session")

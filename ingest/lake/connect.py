@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ingest.localdev.processes import alive
+from ingest.localdev.processes import alive, free_port
 from ingest.paths import local_dir
 
 DRIVER_MEMORY = "2g"
@@ -166,12 +166,6 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def read_state(folder: Path | None = None) -> ServerState | None:
     """The embedded server recorded in `folder`, if its process is still there."""
     path = (folder or state_dir()) / STATE_FILE
@@ -212,7 +206,7 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         if state is not None:
             _wait_listening(state, timeout)
             return state
-        port = _free_port()
+        port = free_port()
         log = folder / "server.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,

@@ -4,11 +4,13 @@ and the throwaway servers' common start and stop (moto, DynamoDB Local)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
@@ -72,6 +74,30 @@ def process_alive(identity: str) -> bool | None:
 
 # moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+LOWEST_CHOSEN_PORT = 20_000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server about to start: a random one below the kernel's
+    ephemeral range where there is room. A port the kernel hands out for a bind to 0 is also what it
+    hands any process for an outgoing connection, so it could be taken in the seconds before the
+    server binds it (a test's `dagster dev` found its webserver port in use, with Spark, Dagster and
+    DynamoDB Local connecting all around); below that range only a server's own bind takes a port."""
+    try:
+        ephemeral_low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32_768  # Linux's default; elsewhere the bind to 0 below
+    chooser = random.SystemRandom()
+    for _ in range(100 if ephemeral_low > LOWEST_CHOSEN_PORT else 0):
+        port = chooser.randrange(LOWEST_CHOSEN_PORT, ephemeral_low)
+        if not _port_taken(host, port):
+            return port
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def _port_taken(host: str, port: int) -> bool:
