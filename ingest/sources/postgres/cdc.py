@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ingest.changes import UNCHANGED, ChangeOp, SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.changes import change_records
-from ingest.sources.postgres.pgoutput import Relation, changes, table_name
+from ingest.sources.postgres.pgoutput import Relation, Update, changes, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
 from ingest.sources.postgres.slot import advance, peek
@@ -117,6 +117,8 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     mid-batch keeps the values of the changes made before the drop."""
     txns, newest = 0, None
 
+    unchanged: set[str] = set()
+
     def in_batch():
         nonlocal txns, newest
         last = None
@@ -125,19 +127,20 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
                 last, txns, newest = begin, txns + 1, begin.commit_time
             if id(relation) not in described and table_name(relation) in wanted:
                 described[id(relation)] = relation  # held here: its id stays its own
+            # a TOASTed value an UPDATE did not send (only ever in its new tuple)
+            if sliced and isinstance(change, Update) and any(v is UNCHANGED for v in change.new):
+                unchanged.add(table_name(relation))
             yield begin, relation, change
 
     records: dict[str, list] = {}
     truncates: dict[str, list[int]] = {}
     newest_of: dict[str, dt.datetime] = {}
-    unchanged: set[str] = set()
-    for record in change_records(in_batch(), wanted, contracts):
+    # planning a batch that executors read: positions and commit times, not values
+    for record in change_records(in_batch(), wanted, contracts, keys_only=sliced):
         kept = records.setdefault(record.table, [])
         if not sliced:
             kept.append(record)
             continue
-        if any(v is UNCHANGED for v in record.row.values()):
-            unchanged.add(record.table)
         if record.op == ChangeOp.TRUNCATE:
             truncates.setdefault(record.table, []).append(int(record.pos))
         if record.committed_at is not None:

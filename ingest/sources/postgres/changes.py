@@ -21,12 +21,14 @@ from ingest.sources.postgres.pgoutput import (
 
 
 def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: set[str],
-                   contracts: Callable[[Relation], Sequence[ColumnType]]) -> Iterator[ChangeRecord]:
+                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False
+                   ) -> Iterator[ChangeRecord]:
     """The changes to `tables` among `changes` (pgoutput.changes: each with its BEGIN), one at a time.
 
     A change's place counts the changes to its table in its transaction, not to the other tables, so
     a table's records are the same whichever tables are read with it (the driver reads them all, an
-    executor one)."""
+    executor one). `keys_only`: the images hold the key columns alone, for a pass that needs the
+    records' positions and not their values (converting every value was most of its time)."""
     begin, places = None, {}
     for txn_begin, relation, change in changes:
         name = table_name(relation)
@@ -46,12 +48,12 @@ def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: se
         types = contracts(relation)
         keys = [c.name for c in relation.columns if c.key]
         if isinstance(change, Insert):
-            yield record(ChangeOp.INSERT, image(relation, types, change.new))
+            yield record(ChangeOp.INSERT, image(relation, types, change.new, keys_only))
         elif isinstance(change, Delete):
-            yield record(ChangeOp.DELETE, image(relation, types, change.old))
+            yield record(ChangeOp.DELETE, image(relation, types, change.old, keys_only))
         elif isinstance(change, Update):
-            new = image(relation, types, change.new)
-            old = None if change.old is None else image(relation, types, change.old)
+            new = image(relation, types, change.new, keys_only)
+            old = None if change.old is None else image(relation, types, change.old, keys_only)
             if old is not None and [old[k] for k in keys] != [new[k] for k in keys]:
                 yield record(ChangeOp.DELETE, old)
                 yield record(ChangeOp.INSERT, new)
@@ -59,10 +61,11 @@ def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: se
                 yield record(ChangeOp.UPDATE, new, old)
 
 
-def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any]) -> dict[str, Any]:
-    """A row image in contract values; NULL and UNCHANGED stay as they are."""
+def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any], keys_only: bool = False
+          ) -> dict[str, Any]:
+    """A row image in contract values (`keys_only`: of the key columns); NULL and UNCHANGED stay as they are."""
     if len(values) != len(relation.columns):
         raise ValueError(f"{table_name(relation)}: a tuple of {len(values)} values for {len(relation.columns)} "
                          "columns")
     return {c.name: v if v is None or v is UNCHANGED or t.convert is None else t.convert(v)
-            for c, t, v in zip(relation.columns, types, values)}
+            for c, t, v in zip(relation.columns, types, values) if c.key or not keys_only}
