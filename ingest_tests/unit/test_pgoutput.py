@@ -179,10 +179,14 @@ def test_transactions_become_change_records_ordered_by_commit_and_place_in_their
     both = list(change_records(changes(stream), {"public.t", "public.other"}, types))
     (other,) = [r for r in both if r.table == "public.other"]
     assert decode_pos(other.pos) == (Lsn(0x500), 1) and [r for r in both if r.table == "public.t"] == records
-    # a planning pass's records: the same ops and places (a key move still splits), the key columns alone
+    # a planning pass's records: the same ops and places (a key move still splits), the key columns alone,
+    # and with the INSERT and DELETE tuples left undecoded, no image of those
     keys = list(change_records(changes(stream), {"public.t"}, types, keys_only=True))
     assert [(r.op, r.pos, r.row) for r in keys] == [(r.op, r.pos, {k: v for k, v in r.row.items() if k == "id"})
                                                    for r in records]
+    shallow = list(change_records(changes(stream, rows=False), {"public.t"}, types, keys_only=True))
+    assert [(r.op, r.pos) for r in shallow] == [(r.op, r.pos) for r in records]
+    assert [r.row for r in shallow] == [{}, {"id": 1}, {"id": 1}, {"id": 2}, {}, {}]
 
 
 def test_changes_of_chosen_tables_pass_over_the_other_tables_rows_without_decoding_them():

@@ -122,7 +122,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     def in_batch():
         nonlocal txns, newest
         last = None
-        for begin, relation, change in batch_changes(conn, slot, publication, batch, relations):
+        for begin, relation, change in batch_changes(conn, slot, publication, batch, relations, rows=not sliced):
             if begin is not last:
                 last, txns, newest = begin, txns + 1, begin.commit_time
             if id(relation) not in described and table_name(relation) in wanted:
@@ -135,7 +135,8 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     records: dict[str, list] = {}
     truncates: dict[str, list[int]] = {}
     newest_of: dict[str, dt.datetime] = {}
-    # planning a batch that executors read: positions and commit times, not values
+    # planning a batch that executors read: positions and commit times, not values (an INSERT's or a
+    # DELETE's tuple is not even decoded)
     for record in change_records(in_batch(), wanted, contracts, keys_only=sliced):
         kept = records.setdefault(record.table, [])
         if not sliced:
@@ -161,10 +162,10 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
 
 
 def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,
-                  tables: Collection[str] | None = None):
+                  tables: Collection[str] | None = None, rows: bool = True):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
-    (pgoutput.changes; `tables`: only theirs), without consuming."""
-    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables):
+    (pgoutput.changes; `tables`: only theirs; `rows`: see pgoutput.decode), without consuming."""
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, rows):
         if batch.start <= begin.final_lsn < batch.end:  # else an earlier batch's, still in the slot
             yield begin, relation, change
 

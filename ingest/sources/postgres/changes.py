@@ -61,9 +61,12 @@ def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: se
                 yield record(ChangeOp.UPDATE, new, old)
 
 
-def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any], keys_only: bool = False
+def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any] | None, keys_only: bool = False
           ) -> dict[str, Any]:
-    """A row image in contract values (`keys_only`: of the key columns); NULL and UNCHANGED stay as they are."""
+    """A row image in contract values (`keys_only`: of the key columns); NULL and UNCHANGED stay as they are.
+    A tuple left undecoded (None, pgoutput.decode's `rows`) has no image."""
+    if values is None:
+        return {}
     if len(values) != len(relation.columns):
         raise ValueError(f"{table_name(relation)}: a tuple of {len(values)} values for {len(relation.columns)} "
                          "columns")

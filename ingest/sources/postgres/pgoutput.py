@@ -71,7 +71,8 @@ class Commit:
 @dataclass(frozen=True)
 class Insert:
     relation: int
-    new: tuple[Any, ...]
+    new: tuple[Any, ...] | None
+    """None: left undecoded (decode's `rows`)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ class Update:
 @dataclass(frozen=True)
 class Delete:
     relation: int
-    old: tuple[Any, ...]
-    """The old key ('K': other columns NULL) or the whole old row ('O')."""
+    old: tuple[Any, ...] | None
+    """The old key ('K': other columns NULL) or the whole old row ('O'); None: left undecoded."""
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,10 @@ class _Reader:
         return tuple(values)
 
 
-def decode(data: bytes) -> Message:
-    """One pgoutput message."""
+def decode(data: bytes, rows: bool = True) -> Message:
+    """One pgoutput message. `rows` False: the tuples of an INSERT or DELETE are left undecoded (None),
+    for a pass that needs where the changes are and not what they hold (an UPDATE's are decoded: whether
+    it moved its row to another key is in them)."""
     if not data:
         raise ProtocolError("an empty message")
     r = _Reader(data)
@@ -200,7 +203,7 @@ def decode(data: bytes) -> Message:
     if kind == "I":
         oid = r.take("!I")
         _expect(r, "N")
-        return Insert(oid, r.tuple_data())
+        return Insert(oid, r.tuple_data() if rows else None)
     if kind == "U":
         oid, old = r.take("!I"), None
         marker = r.byte()
@@ -215,7 +218,7 @@ def decode(data: bytes) -> Message:
         marker = r.byte()
         if marker not in ("K", "O"):
             raise ProtocolError(f"DELETE: expected 'K' or 'O' before the old tuple, got {marker!r}")
-        return Delete(oid, r.tuple_data())
+        return Delete(oid, r.tuple_data() if rows else None)
     if kind == "T":
         n, options = r.take("!I"), r.take("!B")
         return Truncate(tuple(r.take("!I") for _ in range(n)), bool(options & 1), bool(options & 2))
@@ -263,11 +266,12 @@ def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | Non
 
 
 def changes(messages: Iterable[bytes], relations: dict[int, Relation] | None = None,
-            tables: Collection[str] | None = None) -> Iterator[tuple[Begin, Relation, Change]]:
+            tables: Collection[str] | None = None, rows: bool = True) -> Iterator[tuple[Begin, Relation, Change]]:
     """Each row change as it comes, with its transaction's BEGIN and its table: what `transactions`
     gives, holding no transaction whole (one can be millions of changes). `tables` (schema.table): only
-    their changes; an INSERT, UPDATE or DELETE of another table is passed over undecoded."""
-    for event in _events(messages, relations, tables):
+    their changes; an INSERT, UPDATE or DELETE of another table is passed over undecoded. `rows`: see
+    decode."""
+    for event in _events(messages, relations, tables, rows):
         if isinstance(event, tuple):
             yield event
 
@@ -276,8 +280,8 @@ _ROW_CHANGES = frozenset(b"IUD")
 """The first bytes of INSERT, UPDATE and DELETE messages, whose next four bytes are the table's OID."""
 
 
-def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, tables: Collection[str] | None = None
-            ) -> Iterator[Begin | Commit | tuple[Begin, Relation, Change]]:
+def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, tables: Collection[str] | None = None,
+            rows: bool = True) -> Iterator[Begin | Commit | tuple[Begin, Relation, Change]]:
     """BEGIN, each change (with its BEGIN and table) and COMMIT, checked for their order; with `tables`,
     the row changes of other tables left out before decoding (decoding a row is 30 times the check)."""
     relations = {} if relations is None else relations
@@ -289,7 +293,7 @@ def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, ta
             if begin is None:
                 raise ProtocolError("a row change outside a transaction")
             continue
-        message = decode(data)
+        message = decode(data, rows)
         if isinstance(message, Relation):
             relations[message.oid] = message
             if tables is not None and table_name(message) not in tables:
