@@ -195,7 +195,9 @@ def silver_checkpoint(silver_path: str, snapshot_path: str) -> tuple[StreamCheck
 
 def keys_changed_since(settings: ClientSettings, source: str, table: str, types: TableTypes,
                        start: StreamCheckpoint, page_limit: int, per_read: int = 10_000) -> set[tuple]:
-    """The keys of every stream record after `start`, read until the stream has nothing more."""
+    """The keys of every stream record after `start`, up to the newest when it is called: a read that
+    stops short of `per_read` records has read every shard to where it was then (a read of records that
+    arrive later again would never end under a steady writer)."""
     from ingest.sources.dynamodb.streams import read_stream_batch
 
     keys: set[tuple] = set()
@@ -203,7 +205,7 @@ def keys_changed_since(settings: ClientSettings, source: str, table: str, types:
     while True:
         batch = read_stream_batch(settings.streams(), source, table, types, checkpoint, per_read, page_limit)
         keys.update(tuple(r.row.get(k) for k in types.key_columns) for r in batch.records)
-        if not batch.records:
+        if len(batch.records) < per_read:
             return keys
         checkpoint = batch.end
 

@@ -33,7 +33,7 @@ MAX_RANGES = 1024
 """Checksummed ranges per table: the range expression stays small; a mismatch re-reads one range's rows."""
 ROWS_PER_SAMPLED_RANGE = 10_000
 """Rows per range where the ranges come from a sample of silver's keys: a range that differs is compared
-row by row, so a few thousand rows keep that step small."""
+row by row, so ranges of this size keep that step small."""
 SAMPLE_PER_RANGE = 16
 """Sampled keys per range: enough that the ranges come out of about equal size."""
 
@@ -192,9 +192,10 @@ def range_index(keys: Sequence[str], types: Sequence[str], boundaries: Sequence[
 def sampled_boundaries(df, keys: Sequence[str], rows_per_range: int = ROWS_PER_SAMPLED_RANGE,
                        max_ranges: int = MAX_RANGES) -> list[Key]:
     """Range boundaries for a source without a chunk plan: keys at even steps through a sample of `df`'s
-    keys. The keys with the smallest hashes are a uniform sample of fixed size, and the largest of those
-    hashes says how many keys there are (k minimum values: a standard error under 1 % at this size), so one job on
-    silver's keys sizes and cuts the ranges (a count and a sample were two, and took twice as long)."""
+    keys (a primary key's: never null). The keys with the smallest hashes are a uniform sample of fixed
+    size, and the largest of those hashes says how many keys there are (k minimum values: a standard
+    error under 1 % at this size), so one job on silver's keys sizes and cuts the ranges (a count and a
+    sample were two, and took twice as long)."""
     from pyspark.sql import functions as F
 
     from ingest.lake.tables import spark_ident
