@@ -338,7 +338,6 @@ def large_txn_bench(spark, server, params: ConnectionParams, lake: Path, small: 
     flat means the ratio stays near 1 (the rows stay on the executors)."""
     from bench.common import PeakRss
     from ingest.lake.commits import last_commit
-    from ingest.sources.mysql.binlog import master_position
     from ingest.sources.mysql.positions import BinlogPosition
 
     peaks, seconds = {}, {}

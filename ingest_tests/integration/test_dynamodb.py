@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterInstance, build_sensor_context
+from dagster import AssetKey, DagsterInstance
 
 from ingest.lake.batchlog import logged_batches
 from ingest.lake.commits import commits
@@ -184,8 +184,6 @@ def test_each_scan_segment_is_a_spark_partition(harness, ddb, spark):
 
 
 def test_a_batch_with_a_value_its_column_cannot_hold_fails_naming_it_and_is_retried_then_left(harness, ddb):
-    from dagster import SkipReason
-
     table = create_table(ddb, unique("badval"))
     h = harness([table], cdc={"max_batch_attempts": 3, "retry_backoff_seconds": 2})
     h.snapshot(table)
