@@ -19,7 +19,7 @@ from typing import Any
 
 from ingest.sources.dynamodb.cdc import choose_start
 from ingest.sources.dynamodb.client import ClientSettings
-from ingest.sources.dynamodb.errors import StreamGap, resnapshot_fix
+from ingest.sources.dynamodb.errors import stream_replaced
 from ingest.sources.dynamodb.positions import batch_key, batch_ordinal
 from ingest.sources.dynamodb.positions import StreamCheckpoint, snapshot_checkpoint
 from ingest.sources.dynamodb.scan import read_segment
@@ -152,11 +152,7 @@ class StreamBatchWrite:
             StreamCheckpoint.from_metadata(snap.metadata["stream_positions"]) if snap else None)
         stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
         if stream_arn != start.stream_arn:
-            raise StreamGap(
-                f"source {self.source}, table {self.table}: the table's stream is now {stream_arn}, not "
-                f"{start.stream_arn} where the last batch ended (the stream was replaced: disabled and enabled "
-                f"again, or the table re-created); "
-                f"changes in between are lost. {resnapshot_fix(self.source, self.table)}")
+            raise stream_replaced(self.source, self.table, stream_arn, start.stream_arn, "the last batch")
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
         log(f"bronze {self.source}/{self.table} batch {self.batch_key}: reading the stream from {start.summary()}")
         batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,
@@ -196,8 +192,8 @@ def silver_checkpoint(silver_path: str, snapshot_path: str) -> tuple[StreamCheck
 def keys_changed_since(settings: ClientSettings, source: str, table: str, types: TableTypes,
                        start: StreamCheckpoint, page_limit: int, per_read: int = 10_000) -> set[tuple]:
     """The keys of every stream record after `start`, up to the newest when it is called: a read that
-    stops short of `per_read` records has read every shard to where it was then (a read of records that
-    arrive later again would never end under a steady writer)."""
+    stops short of `per_read` records has read every shard to where it was then (reading again for
+    records that arrived since could go on as long as a writer keeps writing)."""
     from ingest.sources.dynamodb.streams import read_stream_batch
 
     keys: set[tuple] = set()
@@ -230,9 +226,7 @@ def reconcile(spark, settings: ClientSettings, source: str, table: str, declared
     position, label = merged
     stream_arn, desc = stream_of(settings.dynamodb(), source, table)
     if stream_arn != position.stream_arn:
-        raise StreamGap(f"source {source}, table {table}: the table's stream is now {stream_arn}, not "
-                        f"{position.stream_arn} where silver's last batch ended (the stream was replaced). "
-                        f"{resnapshot_fix(source, table)}")
+        raise stream_replaced(source, table, stream_arn, position.stream_arn, "silver's last batch")
     types = TableTypes.build(table, desc["KeySchema"], desc["AttributeDefinitions"], declared)
     keys = [lake_name(k) for k in types.key_columns]
     silver = live_rows(spark.read.format("delta").load(silver_path))

@@ -26,3 +26,11 @@ class SourceUnavailable(DynamoDBSourceError):
 def resnapshot_fix(source: str, table: str) -> str:
     return (f"Fix: re-snapshot the table (materialize {source}/{table}/snapshot, or `ingest resnapshot {source} "
             f"{table}`); its change batches then continue from the new snapshot's stream positions")
+
+
+def stream_replaced(source: str, table: str, now: str, was: str, where: str) -> StreamGap:
+    """The table's stream is no longer the one `where` (the last batch, silver's last batch) ended on."""
+    return StreamGap(
+        f"source {source}, table {table}: the table's stream is now {now}, not {was} where {where} ended (the "
+        f"stream was replaced: disabled and enabled again, or the table re-created); changes in between are "
+        f"lost. {resnapshot_fix(source, table)}")
