@@ -20,6 +20,19 @@ class ColumnType:
     array itself converts the elements with it)."""
 
 
+@dataclass(frozen=True)
+class JdbcColumn:
+    """A column read by Spark's JDBC reader: the contract as SQL on both ends, so that rows never pass
+    through Python."""
+
+    name: str
+    select: str
+    """The server-side expression, aliased `alias` in the chunk query."""
+    alias: str
+    spark: str
+    """A Spark SQL expression over `alias` giving the contract's value, cast to its type."""
+
+
 def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:
     """Apply the contract to one column of values (a no-op on the fast path)."""
     if ctype.convert is None:

@@ -322,3 +322,91 @@ def test_a_read_waits_while_another_session_uses_the_slot_and_names_it_when_it_s
             while active():
                 time.sleep(0.05)  # the other session's server process ends just after its connection
             conn.execute("SELECT pg_drop_replication_slot('busy_slot')")
+
+
+
+@pytest.mark.parametrize("reader", ["jdbc", "python"])
+def test_golden_types_land_from_a_snapshot_as_the_stream_gives_them(pg, spark, tmp_path, monkeypatch, reader):
+    """Both chunk readers land the golden types with the values the stream's contract gives: Spark's
+    JDBC reader (the contract as SQL), and the Python data source, which reads a table with a column JDBC
+    cannot carry (the golden table's numeric and box arrays). Two chunks: their bounds are key literals."""
+    import math
+
+    import ingest.adapters.postgres as adapter
+    from ingest.adapters.postgres import PgParams, PgSnapshotWrite
+    from ingest.sources.postgres.schema import set_session, types_of
+    from ingest.sources.postgres.slot import peek
+    from ingest_tests.integration.test_postgres_pgoutput import GOLDEN, transactions
+
+    golden = GOLDEN if reader == "python" else [c for c in GOLDEN if c[0] not in ("an", "bx")]
+    used = []
+    for name in ("chunks_df", "chunks_jdbc_df"):
+        monkeypatch.setattr(adapter, name, lambda *a, _real=getattr(adapter, name), _name=name, **k:
+                            used.append(_name) or _real(*a, **k))
+    table, slot = f"golden_{reader}", f"golden_{reader}_slot"
+    with pg.connect() as conn:
+        set_session(conn)  # the text forms the stream's decoding gives, as a batch's session sets them
+        conn.execute("DO $$ BEGIN CREATE TYPE mood AS ENUM ('sad', 'happy'); "
+                     "CREATE DOMAIN positive AS integer CHECK (VALUE > 0); EXCEPTION WHEN duplicate_object THEN END $$")
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, " + ", ".join(f"{c} {t}" for c, t, _ in golden) + ")")
+        conn.execute(f"CREATE PUBLICATION {table}_pub FOR TABLE {table}")
+        conn.execute(f"SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput')")
+        for row in range(2):
+            conn.execute(f"INSERT INTO {table} VALUES ({row}, " + ", ".join(v[row] for _, _, v in golden) + ")")
+        changes = [pair for t in transactions(peek(conn, slot, f"{table}_pub")) for pair in t.changes]
+        relation = changes[0][0]
+        types = types_of(conn, [c.type_oid for c in relation.columns])
+        conn.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+    contracts = [types[c.type_oid].contract(c.type_modifier) for c in relation.columns]
+    streamed = [tuple(None if v is None else (ct.convert(v) if ct.convert else v) for ct, v in zip(contracts, c.new))
+                for _, c in changes]
+
+    path = str(tmp_path / table)
+    write = PgSnapshotWrite("shop", PgParams(pg.host, pg.port, pg.user, pg.password, "postgres"), f"{table}_src",
+                            f"public.{table}", chunk_size=1, parallelism=2, chunks_per_commit=4)
+    assert write.apply(spark, path, print)["chunks"] == 2
+    assert used == ["chunks_jdbc_df" if reader == "jdbc" else "chunks_df"]
+    with pg.connect() as conn:
+        conn.execute(f"SELECT pg_drop_replication_slot('{table}_src')")
+    df = spark.read.format("delta").load(path)
+    names = [c.name for c in relation.columns]
+    assert [t for _, t in df.dtypes[:len(names)]] == [ct.spark for ct in contracts]
+    # an instant rendered in UTC, so that the comparison does not depend on the test process's zone
+    stamp = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+    landed = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in r) for r in df.selectExpr(
+        *[f"date_format(`{n}`, '{stamp}')" if ct.spark == "timestamp" else f"`{n}`" for n, ct in zip(names, contracts)]
+    ).orderBy("id").collect()]
+    expected = [tuple(v.strftime("%Y-%m-%d %H:%M:%S.%f") if ct.spark == "timestamp" and v is not None else v
+                      for ct, v in zip(contracts, row)) for row in streamed]
+
+    def nan_safe(rows):
+        return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in rows]
+
+    for got, want in zip(nan_safe(landed), nan_safe(expected), strict=True):
+        for name, g, w in zip(names, got, want, strict=True):
+            assert g == w, f"row {want[0]}, column {name}: {g!r} != {w!r}"
+
+
+@pytest.mark.parametrize("reader", ["jdbc", "python"])
+def test_a_snapshot_stops_at_a_value_delta_cannot_hold_naming_it_and_commits_nothing(pg, spark, tmp_path,
+                                                                                    monkeypatch, reader):
+    import ingest.sources.postgres.jdbc as jdbc
+    from ingest.adapters.postgres import PgParams, PgSnapshotWrite
+
+    if reader == "python":
+        monkeypatch.setattr(jdbc, "jdbc_columns", lambda *a: None)
+    table = f"dated_{reader}"
+    with pg.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, d date)")
+        conn.execute(f"INSERT INTO {table} SELECT g, DATE '2026-01-01' + g FROM generate_series(1, 10) g")
+        conn.execute(f"UPDATE {table} SET d = 'infinity' WHERE id = 7")
+    path = tmp_path / table
+    write = PgSnapshotWrite("shop", PgParams(pg.host, pg.port, pg.user, pg.password, "postgres"), f"{table}_src",
+                            f"public.{table}", chunk_size=5, parallelism=2, chunks_per_commit=4)
+    named = {"jdbc": rf"column d of public\.{table}: date infinity is outside what Delta''?s date holds",
+             "python": r"date 'infinity' is outside what Delta's date holds"}[reader]
+    with pytest.raises(Exception, match=named):
+        write.apply(spark, str(path), print)
+    assert not list(path.glob("_delta_log/*.json"))  # no commit: the one wave failed whole
+    with pg.connect() as conn:
+        conn.execute(f"SELECT pg_drop_replication_slot('{table}_src')")

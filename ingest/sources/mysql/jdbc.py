@@ -18,9 +18,9 @@ chunk's key range reaches the primary key index.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ingest.sources.contract import JdbcColumn
 from ingest.sources.mysql.chunks import Chunk, quote_ident
 from ingest.sources.mysql.positions import OFFSET_FACTOR, SEQ_FACTOR
 from ingest.sources.mysql.types import SPATIAL, MySQLColumn, column_type
@@ -33,16 +33,6 @@ SESSION_INIT = ("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
 POSITION_COLUMN = "_pos"
 YEAR_1_TO_EPOCH_MICROS = 719_162 * 86_400 * 10**6
 """Microseconds from 0001-01-01 to 1970-01-01 (719,162 days)."""
-
-
-@dataclass(frozen=True)
-class JdbcColumn:
-    name: str
-    select: str
-    """The server-side expression, aliased `alias` in the chunk query."""
-    alias: str
-    spark: str
-    """A Spark SQL expression over `alias` giving the contract's value, cast to its type."""
 
 
 def jdbc_url(host: str, port: int, database: str) -> str:
