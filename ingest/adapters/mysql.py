@@ -144,8 +144,10 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
                    chunk_size: int, parallelism: int, chunks_per_commit: int,
                    log: Callable[[str], None]) -> SnapshotProgress:
     from ingest.lake.commits import waves
+    from ingest.lake.connect import jdbc_driver
     from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
     from ingest.sources.mysql.binlog import master_position
+    from ingest.sources.mysql.jdbc import DRIVER
 
     started = time.monotonic()
     fingerprint = schema.fingerprint()
@@ -191,11 +193,13 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
 
     run = SnapshotCommit(source, schema.table, snapshot_id, fingerprint, schema.primary_key,
                          log_start.to_metadata(), log_start.row_pos(), wave=next_wave)
-    done = commit_waves(path, Waves(
-        run, waves(chunks, chunks_per_commit), lambda wave: read_chunks_df(spark, params, schema, wave, parallelism),
-        lambda wave: {"key_hi": key_to_json(wave[-1].hi), "chunks_done": wave[-1].index + 1,
-                      "chunks_total": progress.chunks_total},
-        said, write), log)
+    with jdbc_driver(DRIVER, "MariaDB"):
+        done = commit_waves(path, Waves(
+            run, waves(chunks, chunks_per_commit),
+            lambda wave: read_chunks_df(spark, params, schema, wave, parallelism),
+            lambda wave: {"key_hi": key_to_json(wave[-1].hi), "chunks_done": wave[-1].index + 1,
+                          "chunks_total": progress.chunks_total},
+            said, write), log)
     progress.rows, progress.waves_committed = done.rows, done.committed
     progress.chunks_done = progress.chunks_total  # every wave committed (a failed one raised)
     progress.seconds = time.monotonic() - started

@@ -221,7 +221,8 @@ class PgSnapshotWrite:
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import table_version, waves
         from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
-        from ingest.sources.postgres.jdbc import jdbc_columns
+        from ingest.lake.connect import jdbc_driver
+        from ingest.sources.postgres.jdbc import DRIVER, jdbc_columns
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
         from ingest.sources.postgres.snapshot import boundaries, key_ranges
@@ -247,7 +248,7 @@ class PgSnapshotWrite:
         ddl, spec_types = chunk_schema(table, contracts, types)
         jdbc = jdbc_columns(table.columns, types, self.table)  # None: a column only the Python reader converts
         with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
-                self.params.connect() as conn:
+                self.params.connect() as conn, jdbc_driver(DRIVER, "PostgreSQL"):
             log(f"snapshot {self.table}: reading at {at.consistent_point} (exported snapshot {at.snapshot}, "
                 f"{'Python' if jdbc is None else 'JDBC'} reader)")
 

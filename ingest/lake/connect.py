@@ -131,6 +131,29 @@ class MissingJarsError(RuntimeError):
     pass
 
 
+def lacks_class(error: BaseException | str, class_name: str) -> bool:
+    """Whether a Spark error says its server could not load `class_name` (pure): on the driver Connect
+    words it '(java.lang.ClassNotFoundException) <name>', in a task 'ClassNotFoundException: <name>'."""
+    import re
+
+    return re.search(r"ClassNotFoundException\)?:? +" + re.escape(class_name) + r"(?![\w.$])", str(error)) is not None
+
+
+@contextmanager
+def jdbc_driver(driver: str, database: str) -> Iterator[None]:
+    """Spark's error for a server without the JDBC driver `driver` (of `database`), as one that names the
+    driver and the fix."""
+    try:
+        yield
+    except Exception as exc:
+        if not lacks_class(exc, driver):
+            raise
+        raise MissingJarsError(
+            f"the Spark server has no {database} JDBC driver ({driver}), which the snapshot reads with. Fix: start "
+            "it with the jars of jvm/pom.xml (bin/setup fetches them into jvm/jars, which the local server loads; "
+            "a cluster's server takes them with --jars or spark.jars)") from exc
+
+
 @dataclass(frozen=True)
 class ServerState:
     pid: int

@@ -410,3 +410,25 @@ def test_a_snapshot_stops_at_a_value_delta_cannot_hold_naming_it_and_commits_not
     assert not list(path.glob("_delta_log/*.json"))  # no commit: the one wave failed whole
     with pg.connect() as conn:
         conn.execute(f"SELECT pg_drop_replication_slot('{table}_src')")
+
+
+def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix_and_nothing_is_written(pg, spark, tmp_path,
+                                                                                           monkeypatch):
+    """The driver class is one the server cannot load, as on a cluster started without jvm/pom.xml's jars."""
+    import ingest.sources.postgres.jdbc as jdbc
+    from ingest.adapters.postgres import PgParams, PgSnapshotWrite
+    from ingest.lake.connect import MissingJarsError
+
+    monkeypatch.setattr(jdbc, "DRIVER", "org.postgresql.NotOnThisServer")
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE plain (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO plain SELECT g, 'v' FROM generate_series(1, 10) g")
+    path = tmp_path / "plain"
+    write = PgSnapshotWrite("shop", PgParams(pg.host, pg.port, pg.user, pg.password, "postgres"), "plain_src",
+                            "public.plain", chunk_size=5, parallelism=2, chunks_per_commit=4)
+    with pytest.raises(MissingJarsError, match=r"no PostgreSQL JDBC driver \(org\.postgresql\.NotOnThisServer\).*"
+                                               r"jvm/pom\.xml"):
+        write.apply(spark, str(path), print)
+    assert not list(path.glob("_delta_log/*.json"))
+    with pg.connect() as conn:
+        conn.execute("SELECT pg_drop_replication_slot('plain_src')")

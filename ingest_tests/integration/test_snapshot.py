@@ -206,3 +206,19 @@ def test_ddl_during_a_snapshot_restarts_it_with_the_new_shape(spark, mariadb, da
         assert df.columns == [*names, "_pos"]  # the new shape only: no column of the old one is left
         assert sorted(tuple(r) for r in df.select(*names).collect()) == sorted(cur.fetchall())
     assert last_commit(path, kind="snapshot").metadata["snapshot_id"] == progress.snapshot_id
+
+
+def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix_and_nothing_is_written(spark, root, params,
+                                                                                           tmp_path, monkeypatch):
+    """The driver class is one the server cannot load, as on a cluster started without jvm/pom.xml's jars."""
+    import ingest.sources.mysql.jdbc as jdbc
+    from ingest.lake.connect import MissingJarsError
+
+    monkeypatch.setattr(jdbc, "DRIVER", "org.mariadb.jdbc.NotOnThisServer")
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE nodriver (id INT PRIMARY KEY, v VARCHAR(5))")
+        cur.execute("INSERT INTO nodriver SELECT seq, 'v' FROM seq_1_to_10")
+    path = tmp_path / "nodriver"
+    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"):
+        snapshot(spark, params, "nodriver", str(path), chunk_size=5)
+    assert not list(path.glob("_delta_log/*.json"))

@@ -84,3 +84,14 @@ def test_the_embedded_server_starts_without_a_connect_clients_settings(tmp_path)
 
     env = server_env({"SPARK_REMOTE": "sc://elsewhere:15002", "PATH": "/usr/bin"}, tmp_path)
     assert "SPARK_REMOTE" not in env and env["PATH"] == "/usr/bin" and env["SPARK_HOME"] == str(tmp_path)
+
+
+def test_a_missing_jdbc_driver_is_told_from_spark_errors_on_the_driver_and_in_a_task():
+    from ingest.lake.connect import lacks_class
+
+    on_driver = "(java.lang.ClassNotFoundException) org.postgresql.Driver\n\nJVM stacktrace:\njava.lang.ClassNot..."
+    in_task = "Lost task 0.0 (TID 3): java.lang.ClassNotFoundException: org.mariadb.jdbc.Driver\n\tat java.net..."
+    assert lacks_class(on_driver, "org.postgresql.Driver") and lacks_class(in_task, "org.mariadb.jdbc.Driver")
+    assert not lacks_class(on_driver, "org.mariadb.jdbc.Driver")
+    assert not lacks_class("(java.lang.ClassNotFoundException) org.postgresql.DriverX", "org.postgresql.Driver")
+    assert not lacks_class("org.postgresql.util.PSQLException: Connection refused", "org.postgresql.Driver")
