@@ -16,6 +16,10 @@ from pathlib import Path
 
 from bench.common import Result, free_port
 from bench.mysql_bench import _label
+from ingest.config import SnapshotSettings
+
+# the sources file's snapshot defaults, as the MySQL snapshot bench uses them
+SNAPSHOT = {name: getattr(SnapshotSettings(), name) for name in ("chunk_size", "parallelism", "chunks_per_commit")}
 
 TABLE_DDL = ("(id bigint PRIMARY KEY, customer int NOT NULL, note text, amount numeric(12,2), "
              "created timestamptz NOT NULL, tags text[])")
@@ -36,7 +40,7 @@ def our_snapshot(spark, params, table: str, path: str, log) -> tuple[float, int]
     from ingest.adapters.postgres import PgSnapshotWrite
 
     started = time.perf_counter()
-    meta = PgSnapshotWrite("bench", params, "bench_slot", f"public.{table}", 100_000, 2, 16).apply(
+    meta = PgSnapshotWrite("bench", params, "bench_slot", f"public.{table}", **SNAPSHOT).apply(
         spark, path, lambda _m: None)
     return time.perf_counter() - started, meta["rows"]
 
@@ -175,8 +179,7 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
             log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
             cdc_s, changes, batches, phases = our_cdc(spark, conn, params, "cdc", lake, start, head, log)
             assert changes == events, (changes, events)
-        details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, "chunk_size": 100_000,
-                        "parallelism": 2, "chunks_per_commit": 16}
+        details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, **SNAPSHOT}
         details_cdc = {"events": events, "batches": batches, "ours_seconds": cdc_s, "drain_seconds": drain_s,
                        "messages": messages, "wal_bytes": head.value - start.value,
                        **{f"{k}_seconds": round(v, 2) for k, v in phases.items()}}

@@ -154,6 +154,18 @@ def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], 
             .option("password", params.password).load())
 
 
+def source_chunks_df(spark, params: PgParams, table, contracts, types, at, ranges: list[tuple], parallelism: int):
+    """The key `ranges` of `table` at the exported snapshot `at`, in the lake's types, with `_pos`: Spark's
+    JDBC reader where every column has a JDBC form, the project's Python data source otherwise."""
+    from ingest.sources.postgres.jdbc import jdbc_columns
+
+    columns = jdbc_columns(table.columns, types, table.name)
+    if columns is None:
+        ddl, spec_types = chunk_schema(table, contracts, types)
+        return chunks_df(spark, params, table, ddl, spec_types, at, ranges, parallelism)
+    return chunks_jdbc_df(spark, params, table, columns, at, ranges, parallelism)
+
+
 def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tuple], parallelism: int):
     """The same DataFrame as chunks_df, read by Spark's JDBC reader where every column has a JDBC form
     (ingest/sources/postgres/jdbc.py): the contiguous key `ranges` joined into `parallelism` partitions,
@@ -245,18 +257,11 @@ class PgSnapshotWrite:
         else:
             snapshot_id, wave_no, done, start = uuid.uuid4().hex[:12], 0, 0, None
             log(f"starting snapshot {snapshot_id} of {self.table}; change batches needed from {log_start}")
-        ddl, spec_types = chunk_schema(table, contracts, types)
-        jdbc = jdbc_columns(table.columns, types, self.table)  # None: a column only the Python reader converts
+        reader = "Python" if jdbc_columns(table.columns, types, self.table) is None else "JDBC"
         with exported_snapshot(self.params.libpq(), f"{self.slot}_s{uuid.uuid4().hex[:8]}", temporary=True) as at, \
                 self.params.connect() as conn, jdbc_driver(DRIVER, "PostgreSQL"):
             log(f"snapshot {self.table}: reading at {at.consistent_point} (exported snapshot {at.snapshot}, "
-                f"{'Python' if jdbc is None else 'JDBC'} reader)")
-
-            def wave_df(ranges):
-                if jdbc is None:
-                    return chunks_df(spark, self.params, table, ddl, spec_types, at, ranges, self.parallelism)
-                return chunks_jdbc_df(spark, self.params, table, jdbc, at, ranges, self.parallelism)
-
+                f"{reader} reader)")
             # (index, lo, hi): keys stay in their text form, which JSON keeps as it is
             chunks = [(done + i, lo, hi) for i, (lo, hi) in enumerate(key_ranges(
                 boundaries(conn, at.snapshot, self.table, table.primary_key, self.chunk_size, start,
@@ -266,7 +271,8 @@ class PgSnapshotWrite:
                                  log_start.to_metadata(), log_start.row_pos(), wave=wave_no)
             rows = commit_waves(path, Waves(
                 run, waves(chunks, self.chunks_per_commit),
-                lambda wave: wave_df([(lo, hi) for _, lo, hi in wave]),
+                lambda wave: source_chunks_df(spark, self.params, table, contracts, types, at,
+                                              [(lo, hi) for _, lo, hi in wave], self.parallelism),
                 lambda wave: {"key_hi": wave[-1][2], "chunks_done": wave[-1][0] + 1, "chunks_total": total,
                               "read_at": at.consistent_point.to_metadata()},
                 lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows"), log).rows
@@ -319,13 +325,12 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
         table = describe_table(conn, table_name)
         contracts = contracts_of(conn, table)
         types = types_of(conn, [c.type_oid for c in table.columns])
-    ddl, spec_types = chunk_schema(table, contracts, types)
     by_name = dict(zip((c.name for c in table.columns), contracts))
     key_convert = [by_name[k].convert or (lambda v: v) for k in table.primary_key]
     with exported_snapshot(params.libpq(), f"{slot}_r{uuid.uuid4().hex[:8]}", temporary=True) as at, \
             params.connect() as conn:
         bounds = boundaries(conn, at.snapshot, table.name, table.primary_key, chunk_size, None, table.key_types())
-        source = chunks_df(spark, params, table, ddl, spec_types, at, key_ranges(bounds, None), parallelism)
+        source = source_chunks_df(spark, params, table, contracts, types, at, key_ranges(bounds, None), parallelism)
         # the comparison's ranges are in the lake's values and Spark's order
         plan = sorted(tuple(convert(v) for convert, v in zip(key_convert, b)) for b in bounds)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ingest.sources.contract import JdbcColumn
-from ingest.sources.postgres.schema import PgColumn, PgType, quoted
+from ingest.sources.postgres.schema import PgColumn, PgType, ident, quoted
 from ingest.sources.postgres.snapshot import snapshot_id
 from ingest.sources.postgres.types import SESSION_SETTINGS, SPARK_MAX_DECIMAL_PRECISION, numeric_typmod
 
@@ -46,10 +46,6 @@ def session_init(snapshot: str) -> str:
     return ("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
             "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
             f"SET TRANSACTION SNAPSHOT '{snapshot_id(snapshot)}'; {settings}")
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def literal(text: str) -> str:

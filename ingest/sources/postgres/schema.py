@@ -114,8 +114,13 @@ def contracts_of(conn, table: PgTable) -> list[ColumnType]:
     return [types[c.type_oid].contract(c.type_modifier) for c in table.columns]
 
 
+def ident(name: str) -> str:
+    """A name as SQL spells it exactly: double-quoted (names are case-sensitive, as in the stream's
+    RELATION messages)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def quoted(table: str) -> str:
-    """schema.table as SQL names it exactly (each part double-quoted): names are case-sensitive, as in
-    the stream's RELATION messages."""
+    """schema.table as SQL names it exactly, each part double-quoted."""
     schema, _, name = table.partition(".")
-    return ".".join('"' + part.replace('"', '""') + '"' for part in (schema, name))
+    return f"{ident(schema)}.{ident(name)}"

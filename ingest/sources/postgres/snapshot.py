@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ingest.sources.postgres.schema import ident as exact_ident
 from ingest.sources.postgres.schema import quoted, set_session
 
 
@@ -22,7 +23,7 @@ def qualified(table: str) -> str:
 
 def ident(name: str) -> str:
     """A column name double-quoted, for SQL run with parameters (a '%' doubled)."""
-    return '"' + name.replace('"', '""').replace("%", "%%") + '"'
+    return exact_ident(name).replace("%", "%%")
 
 
 def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple | None, hi: tuple | None,
