@@ -1,6 +1,6 @@
 """PostgreSQL: the snapshot against Spark's JDBC reader, and change batches against a bare pgoutput reader.
 
-    pg_snapshot_<N>_vs_jdbc   ours: PgSnapshotWrite (chunks at an exported snapshot, on executors) into Delta;
+    pg_snapshot_<N>_vs_jdbc   ours: PgSnapshotWrite (chunks at an exported snapshot, Spark's JDBC reader) into Delta;
                               baseline: spark.read.jdbc with the PostgreSQL driver, split on the key, into Delta
     pg_cdc_<N>_events         ours: every batch the sensor would cut, read from the slot into bronze, then merged
                               into silver; baseline: psycopg draining the same range of pgoutput messages from
