@@ -32,11 +32,13 @@ def silver_position(silver_path: str, basename: str) -> BinlogPosition | None:
 def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, parallelism: int) -> Reconciliation:
     """Compare silver's live rows with the source's rows now, leaving out keys changed since silver's position."""
     from ingest.lake.columns import lake_name
+    from ingest.lake.connect import jdbc_driver
     from ingest.lake.merge import live_rows
     from ingest.lake.reconcile import compare
     from ingest.lake.write import lake_columns
     from ingest.sources.mysql.binlog import keys_changed, master_position
     from ingest.sources.mysql.chunks import plan_chunks
+    from ingest.sources.mysql.jdbc import DRIVER
     from ingest.adapters.mysql import read_chunks_df
     from ingest.sources.mysql.snapshot import plan_boundaries
 
@@ -55,9 +57,10 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
         return keys_changed(params, schema, BatchRange(position, now)) if now > position else set()
 
     silver = live_rows(spark.read.format("delta").load(silver_path))
-    source = lake_columns(read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism))
-    result = compare(source, silver, [lake_name(c) for c in schema.column_names],
-                     [lake_name(k) for k in schema.primary_key], chunk_plan, changed_since,
-                     Reconciliation(schema.table, compared_at=position))
+    with jdbc_driver(DRIVER, "MariaDB"):
+        source = lake_columns(read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism))
+        result = compare(source, silver, [lake_name(c) for c in schema.column_names],
+                         [lake_name(k) for k in schema.primary_key], chunk_plan, changed_since,
+                         Reconciliation(schema.table, compared_at=position))
     result.seconds = time.monotonic() - started
     return result

@@ -232,8 +232,8 @@ class PgSnapshotWrite:
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import table_version, waves
-        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.lake.connect import jdbc_driver
+        from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.sources.postgres.jdbc import DRIVER, jdbc_columns
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
@@ -306,11 +306,13 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
     snapshot, and keys that the source's slot shows changed between silver's position and that point are
     left to the next batch."""
     from ingest.lake.columns import lake_name
+    from ingest.lake.connect import jdbc_driver
     from ingest.lake.merge import live_rows
     from ingest.lake.reconcile import Reconciliation, compare
     from ingest.lake.write import lake_columns
     from ingest.sources.postgres.cdc import RelationContracts
     from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.jdbc import DRIVER
     from ingest.sources.postgres.pgoutput import changes
     from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
     from ingest.sources.postgres.slot import exported_snapshot, peek
@@ -328,7 +330,7 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
     by_name = dict(zip((c.name for c in table.columns), contracts))
     key_convert = [by_name[k].convert or (lambda v: v) for k in table.primary_key]
     with exported_snapshot(params.libpq(), f"{slot}_r{uuid.uuid4().hex[:8]}", temporary=True) as at, \
-            params.connect() as conn:
+            params.connect() as conn, jdbc_driver(DRIVER, "PostgreSQL"):
         bounds = boundaries(conn, at.snapshot, table.name, table.primary_key, chunk_size, None, table.key_types())
         source = source_chunks_df(spark, params, table, contracts, types, at, key_ranges(bounds, None), parallelism)
         # the comparison's ranges are in the lake's values and Spark's order

@@ -149,9 +149,9 @@ def jdbc_driver(driver: str, database: str) -> Iterator[None]:
         if not lacks_class(exc, driver):
             raise
         raise MissingJarsError(
-            f"the Spark server has no {database} JDBC driver ({driver}), which the snapshot reads with. Fix: start "
-            "it with the jars of jvm/pom.xml (bin/setup fetches them into jvm/jars, which the local server loads; "
-            "a cluster's server takes them with --jars or spark.jars)") from exc
+            f"the Spark server has no {database} JDBC driver ({driver}), which snapshots and reconciliation read "
+            "the source with. Fix: start it with the jars of jvm/pom.xml (bin/setup fetches them into jvm/jars, "
+            "which the local server loads; a cluster's server takes them with --jars or spark.jars)") from exc
 
 
 @dataclass(frozen=True)

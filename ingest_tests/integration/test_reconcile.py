@@ -21,18 +21,29 @@ def scheduled_reconciliation(h: CdcHarness, table: str):
     return evaluation
 
 
-def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_changed(spark, root, database, mariadb,
-                                                                                    tmp_path):
+def synced_source(spark, root, mariadb, database, tmp_path, table: str, *statements: str) -> CdcHarness:
+    """A source of one table: `statements` create and fill it before its snapshot, and change it in the
+    one batch synced after (the statements after the first INSERT)."""
+    first_change = next(i for i, sql in enumerate(statements) if sql.startswith("INSERT")) + 1
     with root.cursor() as cur:
-        cur.execute("CREATE TABLE r (id INT PRIMARY KEY, v INT, s VARCHAR(20))")
-        cur.execute("INSERT INTO r SELECT seq, seq % 13, CONCAT('s', seq) FROM seq_1_to_5000")
-    h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["r"]), tmp_path / "lake",
+        for sql in statements[:first_change]:
+            cur.execute(sql)
+    h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, [table]), tmp_path / "lake",
                    DagsterInstance.ephemeral())
     h.snapshot()
     with root.cursor() as cur:
-        cur.execute("UPDATE r SET v = 99 WHERE id % 10 = 0")
-        cur.execute("DELETE FROM r WHERE id BETWEEN 100 AND 120")
+        for sql in statements[first_change:]:
+            cur.execute(sql)
     h.sync()
+    return h
+
+
+def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_changed(spark, root, database, mariadb,
+                                                                                    tmp_path):
+    h = synced_source(spark, root, mariadb, database, tmp_path, "r",
+                      "CREATE TABLE r (id INT PRIMARY KEY, v INT, s VARCHAR(20))",
+                      "INSERT INTO r SELECT seq, seq % 13, CONCAT('s', seq) FROM seq_1_to_5000",
+                      "UPDATE r SET v = 99 WHERE id % 10 = 0", "DELETE FROM r WHERE id BETWEEN 100 AND 120")
     synced = scheduled_reconciliation(h, "r")
     assert synced.passed, synced.description
     checked = synced.metadata["ranges_checked"].value
@@ -59,3 +70,22 @@ def test_reconciliation_passes_when_synced_and_names_the_ranges_a_hand_edit_chan
     assert ranges[0].startswith("keys [") and "0 missing, 0 extra, 1 different (e.g. (1500,))" in ranges[0]
     assert "2 missing, 0 extra, 0 different (e.g. (4321,), (4322,))" in ranges[1]
     assert "Fix: re-snapshot" in failed.description
+
+
+def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix(spark, root, database, mariadb, params,
+                                                                      tmp_path, monkeypatch):
+    """The source side is read by the snapshot's JDBC reader: a server that cannot load its driver (as a
+    cluster started without jvm/pom.xml's jars) gets an error naming the driver and the fix."""
+    import pytest
+
+    import ingest.sources.mysql.jdbc as jdbc
+    from ingest.lake.connect import MissingJarsError
+    from ingest.reconcile import reconcile
+    from ingest_tests.integration.conftest import describe
+
+    h = synced_source(spark, root, mariadb, database, tmp_path, "nodrv",
+                      "CREATE TABLE nodrv (id INT PRIMARY KEY, v INT)",
+                      "INSERT INTO nodrv SELECT seq, seq FROM seq_1_to_50", "UPDATE nodrv SET v = 0 WHERE id = 1")
+    monkeypatch.setattr(jdbc, "DRIVER", "org.mariadb.jdbc.NotOnThisServer")
+    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"):
+        reconcile(spark, params, describe(params, "nodrv"), h.silver_path("nodrv"), chunk_size=10, parallelism=2)
