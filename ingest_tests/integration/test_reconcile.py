@@ -87,5 +87,6 @@ def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix(spark, roo
                       "CREATE TABLE nodrv (id INT PRIMARY KEY, v INT)",
                       "INSERT INTO nodrv SELECT seq, seq FROM seq_1_to_50", "UPDATE nodrv SET v = 0 WHERE id = 1")
     monkeypatch.setattr(jdbc, "DRIVER", "org.mariadb.jdbc.NotOnThisServer")
-    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"):
+    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"
+                                               r".*Fix: .*jvm/pom\.xml"):
         reconcile(spark, params, describe(params, "nodrv"), h.silver_path("nodrv"), chunk_size=10, parallelism=2)

@@ -219,6 +219,7 @@ def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix_and_nothin
         cur.execute("CREATE TABLE nodriver (id INT PRIMARY KEY, v VARCHAR(5))")
         cur.execute("INSERT INTO nodriver SELECT seq, 'v' FROM seq_1_to_10")
     path = tmp_path / "nodriver"
-    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"):
+    with pytest.raises(MissingJarsError, match=r"no MariaDB JDBC driver \(org\.mariadb\.jdbc\.NotOnThisServer\)"
+                                               r".*Fix: .*jvm/pom\.xml"):
         snapshot(spark, params, "nodriver", str(path), chunk_size=5)
     assert not list(path.glob("_delta_log/*.json"))

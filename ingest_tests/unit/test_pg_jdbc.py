@@ -38,7 +38,7 @@ def test_types_the_contract_keeps_as_text_are_read_through_their_output_function
     assert selects == [f'CASE WHEN _t."{n}" IS NOT NULL THEN concat(_t."{n}") END' for n in ("c", "addr", "n")]
 
 
-def test_refused_values_fail_the_query_with_a_message_naming_the_column():
+def test_refused_values_are_a_failing_cast_of_a_message_naming_the_column_and_value():
     cols, types = columns(("d", "date", None, -1), ("weird'name", "timestamptz", None, -1))
     date, stamp = jdbc_columns(cols, types, "public.t")
     assert "CAST('column d of public.t: date ' || _t.\"d\"::text || ' is outside what Delta''s date holds" \

@@ -10,9 +10,9 @@ A value the contract refuses (a NaN numeric, an infinite or BC date) fails the c
 message naming the column and the value: SQL has no RAISE, so the refused branch casts that message to
 the column's type, whose input function then quotes it in its error.
 
-Each Spark partition is one chunk, read by its own connection in a REPEATABLE READ transaction that
-adopts the slot's exported snapshot (the JDBC session's init statement), so every chunk sees the table
-as of the slot's consistent point.
+Each Spark partition is a run of a wave's contiguous chunks, read by its own connection in a
+REPEATABLE READ transaction that adopts the slot's exported snapshot (the JDBC session's init
+statement), so every chunk sees the table as of the slot's consistent point.
 """
 
 from __future__ import annotations
