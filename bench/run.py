@@ -34,13 +34,14 @@ MODES = {
     "quick": {"snapshot_rows": 1_000_000, "cdc_events": 1_000_000, "memory_small": 100_000,
               "memory_large": 1_000_000, "freshness_seconds": 30, "dynamodb_items": 5_000, "tables": 100,
               "soak_batches": 500, "pg_rows": 1_000_000, "pg_events": 300_000, "merge_small": 100_000,
-              "merge_big": 1_000_000},
+              "merge_big": 1_000_000, "sources_seconds": 60},
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
              "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100,
              "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000, "merge_small": 100_000,
-             "merge_big": 10_000_000},
+             "merge_big": 10_000_000, "sources_seconds": 180},
 }
-BENCHMARKS = ("snapshot", "cdc", "large_txn", "memory", "reconcile", "freshness", "dynamodb", "postgres", "batch", "merge", "soak")
+BENCHMARKS = ("snapshot", "cdc", "large_txn", "memory", "reconcile", "freshness", "sources", "dynamodb", "postgres", "batch",
+              "merge", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -114,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.freshness import freshness_bench
 
                 got = freshness_bench(server, params, work, sizes["freshness_seconds"], log)
+            elif name == "sources":  # a busy deployment: the demo's three sources, then ten MySQL sources
+                from bench.multi_source import ten_sources_bench, three_sources_bench
+
+                got = three_sources_bench(server, work, sizes["sources_seconds"], log)
+                got += ten_sources_bench(server, work, sizes["sources_seconds"], log)
             elif name == "cdc":
                 got = mysql_bench.cdc_bench(spark, server, params, lake, sizes["cdc_events"], log=log)
             elif name == "batch":

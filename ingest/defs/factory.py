@@ -251,10 +251,24 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
         report_unchanged = "dagster/backfill" in context.run.tags
 
         def steps(batch: str):
-            """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log."""
-            skipped = {}
+            """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log.
+            A batch its run decoded itself (no table read by executors) commits with small-batch settings:
+            the writes happen while this generator waits at its yields."""
+            from contextlib import nullcontext
+
+            from ingest.lake.write import small_batch_settings
+
+            settings = nullcontext()
             if reads:
                 writes = read(context, batch)
+                if all(w.frame is None for w in writes.values()):
+                    settings = small_batch_settings(lake.spark.session)
+            with settings:
+                yield from batch_steps(batch, writes if reads else None)
+
+        def batch_steps(batch: str, writes):
+            skipped = {}
+            if reads:
                 changed = {t: w for t, w in writes.items() if w.changed}
                 skipped = writes.skipped
                 if "batch_log" in selected:
