@@ -52,6 +52,11 @@ def role_of(cmdline: str) -> str:
 
 def tree(roots: Iterable[int]) -> dict[int, float]:
     """CPU seconds of every process at or below `roots` (their reaped children included)."""
+    return {pid: seconds for pid, (_, seconds) in _tree(roots).items()}
+
+
+def _tree(roots: Iterable[int]) -> dict[int, tuple[int, float]]:
+    """(parent PID, CPU seconds) of every process at or below `roots`."""
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (s := _stat(int(entry))) is not None:
@@ -64,7 +69,7 @@ def tree(roots: Iterable[int]) -> dict[int, float]:
         pid = todo.pop()
         if pid in out:
             continue
-        out[pid] = stats[pid][1]
+        out[pid] = stats[pid]
         todo += children.get(pid, [])
     return out
 
@@ -73,11 +78,22 @@ def by_role(roots: Iterable[int]) -> dict[str, float]:
     """CPU seconds per role (ROLES) of the processes at or below `roots`.
 
     A run worker forked by the warm worker is a child of it and counts as "run workers"; a child of
-    a process of another role (a run the code server spawned) counts as that role's."""
-    samples = tree(roots)
+    a process of another role (a run the code server spawned) counts as that role's. A process of
+    no role counts as its nearest ancestor's helpers ("run workers' helpers": the `tail` and
+    watch_orphans processes of Dagster's compute log capture)."""
+    samples = _tree(roots)
+    roles = {pid: role_of(_cmdline(pid)) for pid in samples}
+
+    def named(pid: int) -> str:
+        seen, at = set(), pid
+        while at in samples and roles[at] == "other" and at not in seen:
+            seen.add(at)
+            at = samples[at][0]
+        return roles[pid] if roles[pid] != "other" else (f"{roles[at]}' helpers" if at in roles else "other")
+
     out: dict[str, float] = {}
-    for pid, seconds in samples.items():
-        role = role_of(_cmdline(pid))
+    for pid, (_, seconds) in samples.items():
+        role = named(pid)
         out[role] = out.get(role, 0.0) + seconds
     return out
 

@@ -11,7 +11,7 @@ Set in the instance's dagster.yaml (the shipped one does):
 Everything else is Dagster's: a run is created, launched, monitored and shown as before. What this
 launcher adds to it:
 - one warm worker per code location and launching process (daemon, webserver, CLI), started on the
-  first launch and replaced when the location reloads (its code server has a new id);
+  first launch and replaced when the location's code changes (see code_version);
 - run monitoring that sees a dead run worker (`check_run_worker_health`), so a run whose worker was
   killed is marked failed and its sensor runs the batch again;
 - cancellation by SIGINT to the run worker, which Dagster turns into a canceled run.
@@ -80,11 +80,31 @@ class WarmWorker:
 
 
 def worker_key(executable: str, module: str, attribute: str | None, working_directory: str | None,
-               server_id: str) -> str:
-    """Which warm worker serves a run: one per code location version (its code server's id) and per
+               version: str) -> str:
+    """Which warm worker serves a run: one per code location version (see code_version) and per
     launching process."""
-    text = f"{executable}|{module}|{attribute}|{working_directory}|{server_id}|{os.getpid()}"
+    text = f"{executable}|{module}|{attribute}|{working_directory}|{version}|{os.getpid()}"
     return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def code_version(job_snapshot_id: str, module: str, sources_file: str | None) -> str:
+    """What a warm worker's definitions were built from: the job as the code server last loaded it
+    (its snapshot id: the asset graph, with tables a pattern found in the database), the modules of
+    the code location's package, and the sources file (settings the graph does not show, such as
+    chunk sizes). Not the code server's id: dagster-daemon replaces its code server every minute
+    (RELOAD_WORKSPACE_INTERVAL) with the same code, which would start a new warm worker each time."""
+    import importlib.util
+
+    parts = [job_snapshot_id]
+    spec = importlib.util.find_spec(module.split(".")[0])
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for path in sorted(Path(folder).rglob("*.py")):
+            stat = path.stat()
+            parts.append(f"{path}:{stat.st_mtime_ns}:{stat.st_size}")
+    if sources_file and os.path.exists(sources_file):
+        stat = os.stat(sources_file)
+        parts.append(f"{sources_file}:{stat.st_mtime_ns}:{stat.st_size}")
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()
 
 
 def socket_folder() -> Path:
@@ -170,10 +190,16 @@ class WarmRunLauncher(DefaultRunLauncher):
             return None
         name = remote.repository_origin.code_location_origin.location_name
         try:
-            server_id = context.workspace.get_code_location(name).server_id
+            repository = context.workspace.get_code_location(name).get_repository(
+                remote.repository_origin.repository_name)
+            job_snapshot_id = repository.get_full_job(remote.job_name).computed_job_snapshot_id
         except Exception:  # noqa: BLE001 - not a code server location (or not loaded): the default launch
             return None
-        key = worker_key(executable, pointer.module, pointer.fn_name, pointer.working_directory, server_id)
+        from ingest.paths import PROJECT_ROOT
+
+        version = code_version(job_snapshot_id, pointer.module,
+                               os.environ.get("INGEST_SOURCES", str(PROJECT_ROOT / "sources.yaml")))
+        key = worker_key(executable, pointer.module, pointer.fn_name, pointer.working_directory, version)
         with self._lock:
             current = self._workers.get(name)
             if current is not None and current.key == key and current.alive():

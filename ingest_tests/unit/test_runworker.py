@@ -14,7 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from ingest.defs.launcher import WarmWorker, worker_key
+from ingest.defs.launcher import WarmWorker, code_version, worker_key
 from ingest.localdev.processes import process_alive
 
 
@@ -105,7 +105,17 @@ def test_the_worker_ends_with_its_parent_and_leaves_running_runs_alone(tmp_path)
 
 
 def test_worker_key_changes_with_the_code_location_version():
-    one = worker_key("/py", "ingest.defs.definitions", "defs", "/w", "server-1")
-    assert one == worker_key("/py", "ingest.defs.definitions", "defs", "/w", "server-1")
-    assert one != worker_key("/py", "ingest.defs.definitions", "defs", "/w", "server-2")
+    one = worker_key("/py", "ingest.defs.definitions", "defs", "/w", "version-1")
+    assert one == worker_key("/py", "ingest.defs.definitions", "defs", "/w", "version-1")
+    assert one != worker_key("/py", "ingest.defs.definitions", "defs", "/w", "version-2")
     assert len(one) == 16
+
+
+def test_code_version_follows_the_job_the_package_and_the_sources_file_not_the_moment(tmp_path):
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources: {}\n")
+    base = code_version("job-1", "ingest.defs.definitions", str(sources))
+    assert base == code_version("job-1", "ingest.defs.definitions", str(sources))  # a daemon's code server refresh
+    assert base != code_version("job-2", "ingest.defs.definitions", str(sources))  # the asset graph changed
+    sources.write_text("sources: {a: 1}\n")
+    assert base != code_version("job-1", "ingest.defs.definitions", str(sources))  # a setting changed
