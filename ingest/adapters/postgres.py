@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ingest.sources.postgres.positions import Lsn
@@ -34,7 +34,7 @@ class PgParams:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)  # never in a message or log that prints the parameters
     database: str
     connect_timeout: int = 10
 

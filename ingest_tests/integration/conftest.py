@@ -67,3 +67,21 @@ def pg():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def dagster_postgres(monkeypatch):
+    """A PostgreSQL server with an empty `dagster` database, and the variables dagster-postgres.yaml reads."""
+    from ingest.localdev.postgres import PostgresServer
+    from ingest_tests.conftest import free_port
+
+    server = PostgresServer(free_port()).start()
+    try:
+        variables = {"DAGSTER_PG_HOST": server.host, "DAGSTER_PG_PORT": str(server.port),
+                     "DAGSTER_PG_USER": server.user, "DAGSTER_PG_PASSWORD": server.password,
+                     "DAGSTER_PG_DB": server.create_database("dagster")}
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        yield server
+    finally:
+        server.stop()

@@ -9,9 +9,6 @@ import os
 import random
 from pathlib import Path
 
-import pytest
-
-from ingest_tests.conftest import free_port
 from ingest_tests.kill_harness import PHASES, KillHarness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,23 +26,6 @@ def test_random_sigkills_in_every_phase_lose_and_duplicate_no_row(spark, mariadb
     # a run whose Spark Connect server was killed failed by itself, saying so (no hang, no gRPC riddle)
     assert all(t.failed_naming_server for t in report.trials if t.phase == "server" and t.killed), report.summary()
     assert all(t.clean for t in report.trials), report.summary()
-
-
-@pytest.fixture
-def dagster_postgres(monkeypatch):
-    """A PostgreSQL server with an empty `dagster` database, and the variables dagster-postgres.yaml reads."""
-    from ingest.localdev.postgres import PostgresServer
-
-    server = PostgresServer(free_port()).start()
-    try:
-        variables = {"DAGSTER_PG_HOST": server.host, "DAGSTER_PG_PORT": str(server.port),
-                     "DAGSTER_PG_USER": server.user, "DAGSTER_PG_PASSWORD": server.password,
-                     "DAGSTER_PG_DB": server.create_database("dagster")}
-        for key, value in variables.items():
-            monkeypatch.setenv(key, value)
-        yield server
-    finally:
-        server.stop()
 
 
 def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_alone(

@@ -3,16 +3,18 @@
 import os
 import subprocess
 import uuid
+from pathlib import Path
 
 import boto3
+import pytest
 import yaml
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
 from ingest.lake.columns import lake_name
 from ingest.lake.tables import asset_part, spark_ident
 from ingest.localdev.mariadb import INGEST_GRANTS
 from ingest_tests.integration.cdc_harness import (
-    CdcHarness, add_partitions, dagster_env, register_batch_to_head, write_sources,
+    CdcHarness, add_partitions, dagster_env, latest_metadata_in, register_batch_to_head, write_sources,
 )
 from ingest_tests.integration.dynamodb_harness import create_table, unique
 from ingest_tests.integration.test_cdc_e2e import DAGSTER, ROOT
@@ -121,3 +123,80 @@ def test_credentials_appear_in_no_log_metadata_commit_or_error(spark, mariadb, d
         for path in tmp_path.rglob("*"):
             if path.is_file() and path != sources:
                 assert secret.encode() not in path.read_bytes(), f"{secret[:6]}... found in {path}"
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgres"])
+def test_account_statements_and_other_databases_ddl_reach_nothing_written(
+        storage, spark, spark_server, mariadb, database, root, tmp_path, request):
+    """A batch whose binlog range holds CREATE USER / ALTER USER ... IDENTIFIED BY, SET PASSWORD, a GRANT
+    and DDL of a database the source does not capture: none of it, and not the source's own password,
+    is in any byte the project and Dagster write (the lake, the instance's event storage on SQLite and
+    on PostgreSQL, the compute logs, the Spark Connect server's log, the command's output). The
+    captured table's own DDL still shows in the batch's metadata, as what it did."""
+    marker = f"Mk{uuid.uuid4().hex[:12]}"
+    password = f"Pw{marker}src"
+    mariadb.create_ingest_user("tight", password)
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v TEXT)")
+        cur.execute("INSERT INTO s VALUES (1, 'a')")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(yaml.safe_dump({"sources": {"src": {
+        "host": "127.0.0.1", "port": mariadb.port, "user": "tight", "password_env": "TIGHT_PW",
+        "database": database, "tables": {"include": ["s"]}}}}))
+    env = {**dagster_env(tmp_path, sources), "TIGHT_PW": password}
+    pg = None
+    if storage == "postgres":
+        pg = request.getfixturevalue("dagster_postgres")
+        (tmp_path / "dagster_home" / "dagster.yaml").write_text((ROOT / "dagster-postgres.yaml").read_text())
+        env.update({k: v for k, v in os.environ.items() if k.startswith("DAGSTER_PG_")})
+
+    def dump() -> str:
+        """Every row of the instance's PostgreSQL tables as text ("" on SQLite, whose files are searched)."""
+        if pg is None:
+            return ""
+        with pg.connect(os.environ["DAGSTER_PG_DB"]) as conn, conn.cursor() as cur:
+            cur.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            tables = [r[0] for r in cur.fetchall()]
+            assert "event_logs" in tables
+            rows = []
+            for table in tables:
+                cur.execute(f'SELECT t::text FROM "{table}" t')
+                rows += [r[0] for r in cur.fetchall()]
+            return "\n".join(rows)
+    outputs = []
+
+    def materialize(*args):
+        run = subprocess.run([DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", *args], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=600)
+        outputs.append(run.stdout + run.stderr)
+        assert run.returncode == 0, run.stderr[-3000:]
+
+    materialize("--select", "src/s/snapshot")
+    with mariadb.connect() as conn, conn.cursor() as cur:  # as root, on the same server, during the batch
+        cur.execute(f"CREATE USER 'acct_{marker}'@'127.0.0.1' IDENTIFIED BY '{marker}create'")
+        cur.execute(f"ALTER USER 'acct_{marker}'@'127.0.0.1' IDENTIFIED BY '{marker}alter'")
+        cur.execute(f"SET PASSWORD FOR 'acct_{marker}'@'127.0.0.1' = PASSWORD('{marker}set')")
+        cur.execute(f"GRANT SELECT ON `{database}`.* TO 'acct_{marker}'@'127.0.0.1'")
+        cur.execute(f"CREATE DATABASE other_{marker}")
+        cur.execute(f"CREATE TABLE other_{marker}.t (id INT, note VARCHAR(40) DEFAULT '{marker}default')")
+        cur.execute(f"DROP DATABASE other_{marker}")
+        cur.execute(f"DROP USER 'acct_{marker}'@'127.0.0.1'")
+    with root.cursor() as cur:
+        cur.execute("UPDATE s SET v = 'b' WHERE id = 1")
+        cur.execute("ALTER TABLE s ADD COLUMN extra INT")
+        cur.execute("INSERT INTO s VALUES (2, 'c', 7)")
+    batch = register_batch_to_head(env, root, "src", "s")
+    materialize("--select", "src/s/changes,src/s", "--partition", batch)
+    ddl = latest_metadata_in(env, AssetKey(["src", "s", "changes"]))["ddl"].value
+    assert ddl == [{"table": "s", "statement": "ALTER TABLE", "columns": ["ADD COLUMN extra"]}]
+    assert spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "s" / "silver")).where(
+        "NOT _deleted").count() == 2
+    searched = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file() and path != sources}
+    assert any(p.suffix == ".db" for p in searched) or storage == "postgres"  # the SQLite event storage
+    assert any("compute_logs" in str(p) for p in searched)
+    searched[Path(spark_server.log)] = Path(spark_server.log).read_bytes()
+    searched[Path("command output")] = "\n".join(outputs).encode()
+    searched[Path("PostgreSQL event storage")] = dump().encode()
+    for secret in (marker, password):
+        for path, data in searched.items():
+            assert secret.encode() not in data, f"{secret[:8]}... found in {path}"

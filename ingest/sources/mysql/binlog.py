@@ -21,6 +21,7 @@ from typing import Any
 import pymysql
 
 from ingest.changes import ChangeOp, ChangeRecord
+from ingest.sources.mysql.ddl import captured_ddl
 from ingest.sources.mysql.errors import (
     BatchBoundaryError, BinlogDisabled, BinlogGap, BinlogSettingsError, UnsupportedColumnType,
 )
@@ -120,7 +121,8 @@ class BatchResult:
     last_committed_at: dt.datetime | None = None
     last_gtid: str | None = None
     transactions: int = 0
-    ddl: list[str] = field(default_factory=list)
+    ddl: list[dict] = field(default_factory=list)
+    """What DDL did to the captured tables (ddl.captured_ddl), never a statement's text."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Tables left out of this batch, with why (a column type outside the contract)."""
     touched: set[str] = field(default_factory=set)
@@ -353,7 +355,9 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
 def _note_ddl(result, event, query, database, key_columns, end_pos, committed_at, gtid) -> Iterator[EventChanges]:
     """TRUNCATE and DROP TABLE of a tracked table empty it: a TRUNCATE record at this position."""
     schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-    result.ddl.append(query)
+    # what the statement did to a captured table, never its text: a binlog holds every statement of
+    # every database, account statements with passwords among them (see ddl.py)
+    result.ddl.extend(captured_ddl(query, schema, database, key_columns))
     for table in emptied_tables(query, schema, database):
         if table in key_columns and table not in result.skipped:
             result.touched.add(table)
