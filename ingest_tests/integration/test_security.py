@@ -76,13 +76,18 @@ def test_without_replication_slave_a_batch_fails_naming_the_privilege(spark, mar
     assert "REPLICATION SLAVE" in h.failure(result)
 
 
+def user_and_table(mariadb, root, user: str, password: str, rows: str) -> None:
+    """A source user with `password`, and a table `s` holding `rows` (SQL VALUES)."""
+    mariadb.create_ingest_user(user, password)
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v TEXT)")
+        cur.execute(f"INSERT INTO s VALUES {rows}")
+
+
 def test_credentials_appear_in_no_log_metadata_commit_or_error(spark, mariadb, database, root, dynamodb, tmp_path):
     password = f"Pw-{uuid.uuid4().hex}"
     aws_secret = f"AwsSecret-{uuid.uuid4().hex}"
-    mariadb.create_ingest_user("secretive", password)
-    with root.cursor() as cur:
-        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v TEXT)")
-        cur.execute("INSERT INTO s VALUES (1, 'a'), (2, 'b')")
+    user_and_table(mariadb, root, "secretive", password, "(1, 'a'), (2, 'b')")
     ddb = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
     dtable = create_table(ddb, unique("secrets"))
     ddb.put_item(TableName=dtable, Item={"id": {"S": "k1"}})
@@ -135,10 +140,7 @@ def test_account_statements_and_other_databases_ddl_reach_nothing_written(
     captured table's own DDL still shows in the batch's metadata, as what it did."""
     marker = f"Mk{uuid.uuid4().hex[:12]}"
     password = f"Pw{marker}src"
-    mariadb.create_ingest_user("tight", password)
-    with root.cursor() as cur:
-        cur.execute("CREATE TABLE s (id INT PRIMARY KEY, v TEXT)")
-        cur.execute("INSERT INTO s VALUES (1, 'a')")
+    user_and_table(mariadb, root, "tight", password, "(1, 'a')")
     sources = tmp_path / "sources.yaml"
     sources.write_text(yaml.safe_dump({"sources": {"src": {
         "host": "127.0.0.1", "port": mariadb.port, "user": "tight", "password_env": "TIGHT_PW",
