@@ -127,8 +127,7 @@ def reap() -> None:
             return
 
 
-def serve(socket_path: str, parent_pid: int, run: Callable[[str, str], int] = run_child,
-          ready: Callable[[], None] = lambda: None) -> None:
+def serve(socket_path: str, parent_pid: int, run: Callable[[str, str], int] = run_child) -> None:
     """Answer fork requests on `socket_path` until SIGTERM or until `parent_pid` is gone.
 
     A request is one JSON line `{"run_id", "instance_ref"}`; the answer one JSON line `{"pid", "identity"}` or
@@ -142,7 +141,6 @@ def serve(socket_path: str, parent_pid: int, run: Callable[[str, str], int] = ru
     me = os.getpid()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    ready()
     try:
         while not stopping and alive(parent_pid):
             reap()

@@ -74,9 +74,9 @@ def test_a_statement_that_cannot_be_read_or_may_carry_a_secret_is_unparsed_ddl_w
         {"table": "orders", "statement": "unparsed DDL"}]
 
 
-def test_the_readme_snippet_deletes_the_runs_that_stored_statement_text_and_only_those(tmp_path):
-    """Run history from before this version: the README's snippet finds the runs whose `changes`
-    materializations hold statements as text and deletes them (and their events)."""
+def test_the_documented_snippet_deletes_the_runs_that_stored_statement_text_and_only_those(tmp_path):
+    """Run history from before this version: the snippet in docs/operations.md finds the runs whose
+    `changes` materializations hold statements as text and deletes them (and their events)."""
     import re
     import subprocess
     import sys
@@ -84,8 +84,8 @@ def test_the_readme_snippet_deletes_the_runs_that_stored_statement_text_and_only
 
     from dagster import AssetKey, DagsterInstance, MaterializeResult, asset, materialize
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    snippet = re.search(r"\.venv/bin/python - <<'PY'\n(.*?)\nPY\n", readme, re.DOTALL).group(1)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    snippet = re.search(r"\.venv/bin/python - <<'PY'\n(.*?)\nPY\n", doc, re.DOTALL).group(1)
     assert "delete_run" in snippet
 
     def changes(name: str, ddl: list):

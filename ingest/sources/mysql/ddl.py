@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from ingest.sources.mysql.events import _IDENT, _QUALIFIED
+from ingest.sources.mysql.events import IDENTIFIER, QUALIFIED_NAME, identifier, schema_and_table
 
 _COMMENTS = re.compile(r"/\*.*?\*/|(?:--\s|#)[^\n]*", re.DOTALL)
 _SECRETS = re.compile(r"\b(?:IDENTIFIED|PASSWORD)\b", re.IGNORECASE)
@@ -24,7 +24,7 @@ _TABLE_DDL = re.compile(
     r"|DROP\s+(?:TEMPORARY\s+)?TABLES?(?:\s+IF\s+EXISTS)?"
     r"|RENAME\s+TABLES?"
     r"|TRUNCATE(?:\s+TABLE)?)\s+(.*)$", re.IGNORECASE | re.DOTALL)
-_CLAUSE = re.compile(rf"^\s*(ADD|DROP|MODIFY|CHANGE|RENAME|ALTER)(?:\s+COLUMN)?(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+{_IDENT}",
+_CLAUSE = re.compile(rf"^\s*(ADD|DROP|MODIFY|CHANGE|RENAME|ALTER)(?:\s+COLUMN)?(?:\s+IF\s+(?:NOT\s+)?EXISTS)?\s+{IDENTIFIER}",
                      re.IGNORECASE)
 _NOT_COLUMNS = {"PRIMARY", "INDEX", "KEY", "UNIQUE", "CONSTRAINT", "FOREIGN", "CHECK", "PARTITION", "FULLTEXT",
                 "SPATIAL", "TO", "AS", "PERIOD", "SYSTEM"}
@@ -47,12 +47,9 @@ def _names(text: str, default_schema: str | None) -> list[tuple[str | None, str]
     TO (the tables a DROP, TRUNCATE or RENAME names)."""
     out = []
     for part in re.split(r",|\bTO\b", text, flags=re.IGNORECASE):
-        name = _QUALIFIED.match(part.strip())
-        if not name:
-            continue
-        first = (name.group(1) or "").replace("``", "`") or name.group(2)
-        second = (name.group(3) or "").replace("``", "`") or name.group(4)
-        out.append((first, second) if second else (default_schema, first))
+        name = QUALIFIED_NAME.match(part.strip())
+        if name:
+            out.append(schema_and_table(name, default_schema))
     return out
 
 
@@ -80,7 +77,7 @@ def _column_clauses(rest: str) -> list[str] | None:
     """`ADD COLUMN c`, `DROP COLUMN c`... for each clause of an ALTER TABLE's rest that names a column:
     the verb and the column, nothing else (a default's literal stays out). None when a clause cannot
     be read."""
-    after_name = _QUALIFIED.match(rest)
+    after_name = QUALIFIED_NAME.match(rest)
     if not after_name:
         return None
     out = []
@@ -93,7 +90,7 @@ def _column_clauses(rest: str) -> list[str] | None:
                         r"|LOCK|ORDER|ENABLE|DISABLE|DISCARD|IMPORT)\b", clause, re.IGNORECASE):
                 continue  # a table option: no column
             return None
-        column = (found.group(2) or "").replace("``", "`") or found.group(3)
+        column = identifier(found, 2)
         if column.upper() in _NOT_COLUMNS:
             continue  # ADD PRIMARY KEY, DROP INDEX...: no column of the table's changes
         out.append(f"{found.group(1).upper()} COLUMN {column}")
@@ -115,7 +112,7 @@ def captured_ddl(statement: str, default_schema: str | None, database: str,
         return []
     kind, rest = _kind(found.group(1)), found.group(2)
     names = _names(rest, default_schema) if kind in ("DROP TABLE", "TRUNCATE TABLE", "RENAME TABLE") \
-        else _names(_QUALIFIED.match(rest).group(0) if _QUALIFIED.match(rest) else "", default_schema)
+        else _names(QUALIFIED_NAME.match(rest).group(0) if QUALIFIED_NAME.match(rest) else "", default_schema)
     tables = sorted({t for schema, t in names if schema == database and t in captured})
     if not tables:
         return []

@@ -196,10 +196,22 @@ def change_rows(kind: str, rows: Sequence[Any], key_index: Sequence[int], event_
     return out
 
 
-_IDENT = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"
-_QUALIFIED = re.compile(rf"{_IDENT}(?:\s*\.\s*{_IDENT})?")
+IDENTIFIER = r"(?:`((?:[^`]|``)+)`|([A-Za-z0-9_$]+))"
+"""A MySQL identifier, backquoted (group 1, backticks doubled) or bare (group 2)."""
+QUALIFIED_NAME = re.compile(rf"{IDENTIFIER}(?:\s*\.\s*{IDENTIFIER})?")
 _EMPTYING = re.compile(r"^\s*(?:/\*.*?\*/\s*)?(TRUNCATE(?:\s+TABLE)?|DROP\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?)\s+(.*)$",
                        re.IGNORECASE | re.DOTALL)
+
+
+def identifier(match: re.Match, group: int = 1) -> str:
+    """The identifier an IDENTIFIER pattern matched at `group` (backquoted) or `group + 1` (bare)."""
+    return (match.group(group) or "").replace("``", "`") or match.group(group + 1)
+
+
+def schema_and_table(name: re.Match, default_schema: str | None) -> tuple[str | None, str]:
+    """(schema, table) of a QUALIFIED_NAME match; `default_schema` where the name has none."""
+    first, second = identifier(name, 1), identifier(name, 3)
+    return (first, second) if second else (default_schema, first)
 
 
 def emptied_tables(query: str, default_schema: str | None, database: str) -> list[str]:
@@ -211,10 +223,8 @@ def emptied_tables(query: str, default_schema: str | None, database: str) -> lis
         return []
     out = []
     rest = re.sub(r"/\*.*?\*/", "", match.group(2), flags=re.DOTALL)
-    for name in _QUALIFIED.finditer(rest):
-        first = (name.group(1) or "").replace("``", "`") or name.group(2)
-        second = (name.group(3) or "").replace("``", "`") or name.group(4)
-        schema, table = (first, second) if second else (default_schema, first)
+    for name in QUALIFIED_NAME.finditer(rest):
+        schema, table = schema_and_table(name, default_schema)
         if table and table.upper() not in ("CASCADE", "RESTRICT") and schema == database:
             out.append(table)
     return out
