@@ -25,8 +25,10 @@ def _start(tmp_path: Path, parent: int | None = None) -> subprocess.Popen:
         from ingest.defs import runworker
 
         def run(run_id, instance_ref):
-            with open(os.path.join({str(tmp_path)!r}, run_id), "w") as f:
+            path = os.path.join({str(tmp_path)!r}, run_id)
+            with open(path + ".part", "w") as f:  # renamed whole: the test reads it as soon as it exists
                 f.write(f"{{os.getpid()}} {{instance_ref}}")
+            os.replace(path + ".part", path)
             time.sleep(float(instance_ref))
             return 0
 
