@@ -22,7 +22,15 @@ def assert_any_reader_opens(spark, path: str, keys: Sequence[str]) -> int:
     protocol = table.protocol()
     assert set(protocol.reader_features or ()) <= {"timestampNtz"}, (path, protocol)
     assert protocol.min_reader_version == (3 if protocol.reader_features else 1), (path, protocol)
-    return _same_rows_as_spark(spark, path, keys, {"deltalake to_pyarrow_table": table.to_pyarrow_table()})
+    return _same_rows_as_spark(spark, path, keys, {"deltalake to_pyarrow_table": arrow_table(table, path)})
+
+
+def arrow_table(table, path: str):
+    """delta-rs's `to_pyarrow_table()` of a local table as the README writes it: through an Arrow
+    filesystem, not deltalake's Python one, which Arrow's I/O threads may call at interpreter exit."""
+    import pyarrow.fs
+
+    return table.to_pyarrow_table(filesystem=pyarrow.fs.SubTreeFileSystem(path, pyarrow.fs.LocalFileSystem()))
 
 
 def assert_deletion_vector_readers_open(spark, path: str, keys: Sequence[str]) -> int:

@@ -21,7 +21,8 @@ CREATE TABLE golden (
   bl BLOB, vb VARBINARY(8), bn BINARY(4),
   d DATE, dtz DATETIME,
   s2 SET('Trailers','Commentaries','Deleted Scenes','Behind the Scenes'),
-  g GEOMETRY, pt POINT REF_SYSTEM_ID=4326, u UUID, i4 INET4, i6 INET6
+  g GEOMETRY, pt POINT REF_SYSTEM_ID=4326, u UUID, i4 INET4, i6 INET6,
+  ch CHAR(20) CHARACTER SET utf8mb4, nch NCHAR(5), chl CHAR(4) CHARACTER SET latin1
 )"""
 
 GOLDEN_ROWS = [
@@ -34,13 +35,13 @@ GOLDEN_ROWS = [
         x'00FF10', x'DEADBEEF', x'0102', '2024-02-29', '1970-01-01 00:00:00',
         'Behind the Scenes,Trailers,Commentaries', ST_GeomFromText('LINESTRING(0 0, 1 1)'),
         ST_GeomFromText('POINT(1 2)', 4326), '123e4567-e89b-12d3-a456-426614174000', '10.1.2.3',
-        '::ffff:1.2.3.4')""",
-    "(2" + ", NULL" * 35 + ")",
+        '::ffff:1.2.3.4', 'English   ', ' \u00fc a', 'ab')""",
+    "(2" + ", NULL" * 38 + ")",
     # zero values; 'bogus' is no ENUM label: a permissive sql_mode stores index 0, read back as ''
     """(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '', '', '[]', '0000-00-00 00:00:00', '0000-00-00 00:00:00',
         '-838:59:59', '00:00:00', 0, 'bogus', '', b'0', b'0', b'0', '', '', '', '0000-00-00', '2020-00-00 00:00:00',
         '', ST_GeomFromText('POINT(0 0)'), ST_GeomFromText('POINT(0 0)', 4326),
-        '00000000-0000-0000-0000-000000000000', '0.0.0.0', '::')""",
+        '00000000-0000-0000-0000-000000000000', '0.0.0.0', '::', '', '   ', ' ')""",
 ]
 
 EXPECTED = {
@@ -59,10 +60,12 @@ EXPECTED = {
         "g": {"wkb": bytes.fromhex("010200000002000000" + "00" * 16 + "000000000000f03f" * 2), "srid": 0},
         "pt": {"wkb": bytes.fromhex("0101000000000000000000f03f0000000000000040"), "srid": 4326},
         "u": "123e4567-e89b-12d3-a456-426614174000", "i4": "10.1.2.3", "i6": "::ffff:1.2.3.4",
+        # CHAR(n) as MariaDB's clients and its binlog give it: without the trailing spaces that pad it
+        "ch": "English", "nch": " \u00fc a", "chl": "ab",
     },
     2: {k: None for k in ["d65", "d12", "ubig", "sbig", "utiny", "stiny", "usmall", "umed", "uint", "f", "dbl",
                           "txt", "longt", "j", "dt6", "ts6", "t0", "t3", "y", "e", "s", "b1", "b10", "b64", "bl",
-                          "vb", "bn", "d", "dtz", "s2", "g", "pt", "u", "i4", "i6"]},
+                          "vb", "bn", "d", "dtz", "s2", "g", "pt", "u", "i4", "i6", "ch", "nch", "chl"]},
     3: {
         "d65": "0." + "0" * 30, "d12": Decimal("0.0000"), "ubig": Decimal(0), "sbig": 0, "utiny": 0, "stiny": 0,
         "usmall": 0, "umed": 0, "uint": 0, "f": 0.0, "dbl": 0.0, "txt": "", "longt": "", "j": "[]",
@@ -72,6 +75,7 @@ EXPECTED = {
         "g": {"wkb": bytes.fromhex("0101000000" + "00" * 16), "srid": 0},
         "pt": {"wkb": bytes.fromhex("0101000000" + "00" * 16), "srid": 4326},
         "u": "00000000-0000-0000-0000-000000000000", "i4": "0.0.0.0", "i6": "::",
+        "ch": "", "nch": "", "chl": "",
     },
 }
 
@@ -94,6 +98,7 @@ def test_golden_table_lands_with_exact_values(spark, root, params, tmp_path, mon
     df = spark.read.format("delta").load(path)
     types = dict(df.dtypes)
     assert types["d65"] == "string" and types["ubig"] == "decimal(20,0)" and types["s"] == "array<string>"
+    assert types["ch"] == "string" and types["nch"] == "string"  # not char(n), which Spark pads on read
     assert types["dt6"] == "timestamp_ntz" and types["ts6"] == "timestamp" and types["b10"] == "binary"
     assert types["g"] == "struct<wkb:binary,srid:int>" and types["u"] == "string" and types["i6"] == "string"
     # TIMESTAMP is an instant: render it in UTC to compare without the Python process's zone

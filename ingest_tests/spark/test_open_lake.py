@@ -1,5 +1,10 @@
 """Silver as any Delta reader sees it: the demo's downstream Polars asset over a silver table the
-ordered merge wrote."""
+ordered merge wrote, and the README's reader snippets in fresh processes."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from dagster import materialize
@@ -11,19 +16,27 @@ from ingest.localdev.downstream import orders_by_status_asset
 from ingest_tests.open_readers import assert_any_reader_opens
 
 
-def test_the_downstream_polars_asset_reads_live_silver_rows(spark, tmp_path, monkeypatch):
-    path = table_location(str(tmp_path), "demo", "orders", SILVER)
+def _orders_silver(spark, root: str) -> str:
+    """The demo's orders silver under `root`: four orders, a merge each (a file each), then a delete of
+    one."""
+    path = table_location(root, "demo", "orders", SILVER)
     rows = spark.createDataFrame(
         [(1, "paid", "10.50", 5, False), (2, "paid", "4.50", 6, False), (3, "new", "1.00", 7, False),
          (4, "paid", "99.00", 8, False)],
         "id bigint, status string, total string, _pos int, _deleted boolean",
     ).selectExpr("id", "status", "CAST(total AS DECIMAL(14,2)) AS total", "CAST(_pos AS DECIMAL(38,0)) AS _pos",
                  "_deleted")
-    ordered_merge(spark, path, rows, ["id"], {"kind": "silver"}, Txn("t:1", 0))
+    for order in range(1, 5):
+        ordered_merge(spark, path, rows.where(f"id = {order}"), ["id"], {"kind": "silver"}, Txn(f"t:{order}", 0))
     delete = spark.createDataFrame([(4,)], "id bigint").selectExpr(
         "id", "CAST(NULL AS STRING) AS status", "CAST(NULL AS DECIMAL(14,2)) AS total",
         "CAST(9 AS DECIMAL(38,0)) AS _pos", "true AS _deleted")
-    ordered_merge(spark, path, delete, ["id"], {"kind": "silver"}, Txn("t:2", 0))
+    ordered_merge(spark, path, delete, ["id"], {"kind": "silver"}, Txn("t:5", 0))
+    return path
+
+
+def test_the_downstream_polars_asset_reads_live_silver_rows(spark, tmp_path, monkeypatch):
+    path = _orders_silver(spark, str(tmp_path))
     assert assert_any_reader_opens(spark, path, ["id"]) == 4  # the tombstone is a row too
 
     monkeypatch.setenv("INGEST_LAKE_ROOT", str(tmp_path))
@@ -31,6 +44,25 @@ def test_the_downstream_polars_asset_reads_live_silver_rows(spark, tmp_path, mon
     meta = result.asset_materializations_for_node(orders_by_status_asset.op.name)[0].metadata
     assert meta["orders"].value == 3 and meta["statuses"].value == 2  # the deleted order is left out
     assert "| paid | 2 | 15.00 |" in meta["by_status"].value
+
+
+def test_the_readmes_reader_snippets_read_silver_and_exit_cleanly(spark, tmp_path):
+    """Each Python snippet of the README's "Reading the lake without Spark", run as a user's script
+    would be (a fresh interpreter, from the project folder), reads the demo's orders and exits 0. The
+    abort at exit it avoids comes in most runs (README), so each runs four times."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Reading the lake without Spark", 1)[1].split("\n## ", 1)[0]
+    snippets = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert [name for name in ("polars", "deltalake") if any(f"import {name}" in s for s in snippets)] == \
+        ["polars", "deltalake"], snippets
+    _orders_silver(spark, str(tmp_path / ".local" / "lake"))
+    for snippet in snippets:
+        script = snippet + "\nprint('rows', len(orders))\n"
+        for _ in range(4):
+            done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, (snippet, done.returncode, done.stderr[-2000:])
+            assert done.stdout.split()[-2:] == ["rows", "3" if "_deleted" in snippet else "4"], done.stdout
 
 
 def test_an_unimportable_python_assets_module_names_it_and_the_fix(tmp_path):

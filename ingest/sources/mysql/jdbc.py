@@ -82,6 +82,10 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
         spark = f"date_from_unix_date(CAST({a} AS int))"
     elif kind in ("time", "uuid", "inet4", "inet6", "enum"):
         select = f"CAST({col} AS CHAR)"
+    elif kind == "char":
+        # a VARCHAR to JDBC: Spark reads a CHAR(n) column as char(n) and pads it to n on read, where
+        # the server's clients and the binlog give the value without its trailing spaces
+        select = f"CAST({col} AS CHAR)"
     elif kind == "timestamp":
         # epoch seconds: UNIX_TIMESTAMP of a TIMESTAMP column is its stored UTC instant, whatever the
         # session's time zone; 0 is the zero TIMESTAMP
