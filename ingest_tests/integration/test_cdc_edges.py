@@ -10,7 +10,7 @@ from ingest.sources.mysql.binlog import read_batch
 from ingest.sources.mysql.errors import BinlogGap, BinlogSettingsError
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
-from ingest_tests.integration.test_snapshot_types import GOLDEN_DDL, GOLDEN_ROWS
+from ingest_tests.integration.test_snapshot_types import GOLDEN_DDL, GOLDEN_ROWS, comparable
 from ingest_tests.open_readers import assert_any_reader_opens
 
 
@@ -19,12 +19,6 @@ def head(conn) -> BinlogPosition:
         cur.execute("SHOW MASTER STATUS")
         row = cur.fetchone()
     return BinlogPosition(row[0], int(row[1]))
-
-
-def comparable(df):
-    from ingest_tests.integration.test_snapshot_types import plain
-
-    return [plain(r) for r in df.drop("_pos").orderBy("id").collect()]
 
 
 def test_golden_table_through_the_binlog_equals_the_snapshot(spark, mariadb, database, root, tmp_path):

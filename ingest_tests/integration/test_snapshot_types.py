@@ -137,3 +137,8 @@ def plain(value):
     if isinstance(value, Row):
         return {k: plain(v) for k, v in value.asDict().items()}
     return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
+
+
+def comparable(df):
+    """A lake table's rows as plain Python dicts, ordered by id, without `_pos`."""
+    return [plain(r) for r in df.drop("_pos").orderBy("id").collect()]
