@@ -57,7 +57,7 @@ def batch_log_asset(key: AssetKey, source: str, scope: str | None, tables: Seque
     def _batch_log(context: AssetExecutionContext) -> InOrder:
         lake = context.resources.lake
         return InOrder([complete_batch(lake, source, scope, tables, batch, table_key, history)
-                        for batch in sorted(context.partition_keys, key=order)])
+                        for batch in sorted(context.partition_keys, key=order)], small_batches=True)
 
     return _batch_log
 

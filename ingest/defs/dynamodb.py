@@ -66,7 +66,7 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
         # Each batch starts at its predecessor's committed end: a range runs them in order.
         return InOrder([StreamBatchWrite(name, table, batch, settings, dict(source.attributes.get(table, {})),
                                          source.cdc.max_records, source.cdc.page_limit)
-                        for batch in sorted(context.partition_keys, key=batch_ordinal)])
+                        for batch in sorted(context.partition_keys, key=batch_ordinal)], small_batches=True)
 
     return _changes
 

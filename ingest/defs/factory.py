@@ -432,7 +432,9 @@ def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefini
         metadata={"lake/layer": layer or "silver", "source": name, "table": table},
     )
     def _layer(context: AssetExecutionContext, snapshot: LakeTable, changes: LakeTable) -> InOrder:
-        return InOrder([write(replace(changes, partition=batch), snapshot) for batch in sorted(context.partition_keys)])
+        # DynamoDB's batches, read and decoded by the run's bronze step (max_records at most)
+        return InOrder([write(replace(changes, partition=batch), snapshot) for batch in sorted(context.partition_keys)],
+                       small_batches=True)
 
     return _layer
 

@@ -4,7 +4,7 @@
 
 import json
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Optional
 
 from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputContext, ResourceDependency
@@ -12,7 +12,7 @@ from pydantic import Field
 
 from ingest.defs.resources import DynamoDBResource, SparkResource
 from ingest.lake.connect import naming_a_lost_server
-from ingest.lake.write import retry_conflicts
+from ingest.lake.write import retry_conflicts, small_batch_settings
 from ingest.lake.tables import LakeTable, LakeWrite, location_for_asset_key
 
 
@@ -91,7 +91,8 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         path = self._path(key.path)
         spark = self.spark.session
         started = time.monotonic()
-        with self.write_lock(path), naming_a_lost_server(self.spark.spark_config.get("spark.remote")):
+        small = small_batch_settings(spark) if getattr(obj, "small_batches", False) else nullcontext()
+        with self.write_lock(path), naming_a_lost_server(self.spark.spark_config.get("spark.remote")), small:
             meta = retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string())
         figures = write_figures(spark, path, meta, time.monotonic() - started,
                                 table_size=getattr(obj, "REPORTS_TABLE_SIZE", False))

@@ -128,6 +128,9 @@ class InOrder:
     the rows summed over the range."""
 
     writes: Sequence[LakeWrite]
+    small_batches: bool = False
+    """Each write is a change batch its run decoded itself: the IO manager commits them with small-batch
+    settings (lake/write.py SMALL_BATCH_CONF), as a MySQL or PostgreSQL batch its run reads commits."""
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         meta: dict[str, Any] = {}

@@ -107,3 +107,37 @@ def test_tables_are_written_in_zstd_without_dictionary_pages(spark, tmp_path):
                 column = meta.row_group(g).column(c)
                 assert column.compression == "ZSTD", (f.name, column.path_in_schema, column.compression)
                 assert not column.has_dictionary_page, (f.name, column.path_in_schema, column.encodings)
+
+
+def test_the_io_manager_commits_run_decoded_batches_without_code_generation_and_puts_the_session_back(
+        spark, spark_server, tmp_path):
+    from dataclasses import dataclass
+
+    from dagster import AssetKey
+
+    from ingest.defs.io_managers import DeltaLakeIOManager
+    from ingest.defs.resources import SparkResource
+    from ingest.lake.tables import InOrder
+    from ingest.lake.write import SMALL_BATCH_CONF
+
+    seen = []
+
+    @dataclass(frozen=True)
+    class Batch:  # a change batch's bronze append that notes the session's setting while it commits
+        n: int
+
+        def apply(self, session, path, log):
+            seen.append(session.conf.get("spark.sql.codegen.factoryMode"))
+            df = session.createDataFrame([(self.n,)], "id int")
+            return {"committed": append(df, path, {"kind": "bronze", "batch": str(self.n)},
+                                        Txn(f"t:{self.n}", 0)).committed}
+
+    resource = SparkResource(spark_config={"spark.remote": spark_server.url})
+    lake = DeltaLakeIOManager(lake_root=str(tmp_path), spark=resource)
+    default = resource.session.conf.get("spark.sql.codegen.factoryMode")
+    assert default != SMALL_BATCH_CONF["spark.sql.codegen.factoryMode"]
+    lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(1), Batch(2)], small_batches=True), print)
+    lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(3)]), print)
+    assert seen == ["NO_CODEGEN", "NO_CODEGEN", default]
+    assert resource.session.conf.get("spark.sql.codegen.factoryMode") == default
+    assert spark.read.format("delta").load(lake.path_for(AssetKey(["src", "t", "changes"]))).count() == 3

@@ -46,3 +46,46 @@ def test_a_packed_decimal_reads_as_its_exact_value_and_scale(case):
     sign = "-" if negative else ""
     assert str(value) == str(Decimal(f"{sign}{whole}.{frac:0{scale}d}" if scale else f"{sign}{whole}"))
     assert end == len(data) - 1
+
+
+def time_packed(micros: int, fsp: int) -> bytes:
+    """TIME(fsp) as the server writes it (MySQL 5.6's my_time_packed_to_binary, MariaDB's too): the
+    packed value (hh:mm:ss bits << 24, plus microseconds) split by C's shift and remainder."""
+    negative, whole = micros < 0, abs(micros)
+    seconds, frac = divmod(whole, 1_000_000)
+    packed = ((seconds // 3600) << 12 | (seconds // 60 % 60) << 6 | seconds % 60) << 24 | frac
+    packed = -packed if negative else packed
+    int_part = packed >> 24  # an arithmetic shift: rounds a negative down
+    frac_part = int(abs(packed) % (1 << 24)) * (-1 if packed < 0 else 1)  # C's %: the dividend's sign
+    size = (fsp + 1) // 2
+    if size == 3:
+        return (packed + 0x800000000000).to_bytes(6, "big")
+    head = (int_part + 0x800000).to_bytes(3, "big")
+    if size == 0:
+        return head
+    unit = {1: 10_000, 2: 100}[size]
+    return head + (frac_part // unit if frac_part >= 0 else -(-frac_part // unit)).to_bytes(size, "big", signed=True)
+
+
+@given(st.integers(0, 6).flatmap(lambda fsp: st.tuples(st.just(fsp), st.integers(
+    -(838 * 3600 + 59 * 60 + 59) * 10 ** fsp, (838 * 3600 + 59 * 60 + 59) * 10 ** fsp))))
+def test_a_packed_time_reads_as_its_value_negative_fractions_too(case):
+    import datetime as dt
+
+    from ingest.sources.mysql.rows import time2
+
+    fsp, units = case
+    micros = units * 10 ** (6 - fsp)
+    assert time2(time_packed(micros, fsp)) == dt.timedelta(microseconds=micros)
+
+
+def test_enum_and_set_labels_are_decoded_in_their_columns_charset_once():
+    from ingest.sources.mysql.binlog import labels_in_their_charset
+
+    # a latin1 column's labels as the patched table map reader keeps them (undecodable bytes as surrogates)
+    latin1 = SimpleNamespace(character_set_name="latin1", enum_values=["", "x", b"\xfc".decode("utf-8", "surrogateescape")],
+                             set_values=None)
+    utf8 = SimpleNamespace(character_set_name="utf8mb4", enum_values=None, set_values=["a", "\u00fc"])
+    labels_in_their_charset([latin1, utf8])
+    labels_in_their_charset([latin1, utf8])  # a rows event's columns are its table map's: no second decoding
+    assert latin1.enum_values == ["", "x", "\u00fc"] and utf8.set_values == ["a", "\u00fc"]

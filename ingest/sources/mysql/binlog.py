@@ -157,6 +157,51 @@ def _mapped_columns(columns) -> list[MappedColumn]:
     return out
 
 
+def _read_labels_losslessly(self, length):
+    """TableMapEvent._read_type_values (python-mysql-replication 1.0.x), keeping every ENUM and SET
+    label: the library decodes them as UTF-8 and puts '' for one it cannot, so a latin1 column's
+    label 'ü' became ''. Undecodable bytes are kept as surrogates here; labels_in_their_charset
+    decodes them in the column's own character set."""
+    result = []
+    read_until = self.packet.read_bytes + length
+    if self.packet.read_bytes >= read_until:
+        return None
+    while self.packet.read_bytes < read_until:
+        count = self.packet.read_length_coded_binary()
+        result.append([self.packet.read_variable_length_string().decode("utf-8", "surrogateescape")
+                       for _ in range(count)])
+    return result
+
+
+def fix_library_decoding() -> None:
+    """Two of python-mysql-replication's decoders replaced (1.0.x; the rows it reads itself, a table
+    map rows.py does not compile, go through them): ENUM and SET labels kept whole, and TIME(fsp)
+    values read as the server packs them (rows.time2)."""
+    from pymysqlreplication.row_event import RowsEvent, TableMapEvent
+
+    from ingest.sources.mysql.rows import time2
+
+    TableMapEvent._read_type_values = _read_labels_losslessly
+    RowsEvent._RowsEvent__read_time2 = lambda self, column: time2(self.packet.read(3 + (column.fsp + 1) // 2))
+
+
+def labels_in_their_charset(columns) -> None:
+    """A table map's ENUM and SET labels decoded in their column's character set (the binlog sends them
+    in it), once per column object: rows events use their table map's columns."""
+    from pymysqlreplication.row_event import RowsEvent
+
+    for column in columns:
+        if getattr(column, "labels_decoded", False):
+            continue
+        column.labels_decoded = True
+        encoding = RowsEvent.charset_to_encoding(column.character_set_name or "utf8mb4")
+        for attribute in ("enum_values", "set_values"):
+            labels = getattr(column, attribute, None)
+            if labels:
+                setattr(column, attribute, [label.encode("utf-8", "surrogateescape").decode(encoding, "replace")
+                                            for label in labels])
+
+
 def reader_server_id() -> int:
     """Every binlog reader needs its own server_id; two readers sharing one evict each other."""
     return random.randint(1_000_000, 2_000_000_000)
@@ -231,6 +276,7 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
+    fix_library_decoding()
     key_columns = {t: CapturedTable.of(v) for t, v in tables.items()}
     planning = transactions is not None
     if batch.end <= batch.start:
@@ -295,6 +341,7 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                 )
             committed_at = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
             if isinstance(event, TableMapEvent):
+                labels_in_their_charset(event.columns)
                 if planning and event.schema == params.database and event.table in key_columns:
                     if decoder_for(event.table, event.columns) is not None:
                         result.newest[event.table] = committed_at

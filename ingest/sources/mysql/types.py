@@ -152,18 +152,32 @@ def inet4_text(value: Any) -> str:
 
 
 def inet6_text(value: Any) -> str:
+    """INET6 as MariaDB writes it (Inet6::to_string): the first longest run of zero words as '::', even
+    a lone one (Python's ipaddress keeps a lone zero word, as RFC 5952 asks), and an IPv4-compatible
+    or -mapped address with its last 32 bits dotted."""
     if isinstance(value, str) and ":" in value:
         return value
-    address = ipaddress.IPv6Address(as_bytes(value).ljust(16, b"\x00"))
-    # MariaDB (like inet_ntop) writes an IPv4-mapped or -compatible address with its last 32 bits
-    # dotted; Python's str() does so only from 3.13, and never for the compatible form.
-    head = address.packed[:12]
-    tail = address.packed[12:]
-    if head == b"\x00" * 10 + b"\xff\xff":
-        return f"::ffff:{ipaddress.IPv4Address(tail)}"
-    if head == b"\x00" * 12 and int.from_bytes(tail, "big") > 0xFFFF:
-        return f"::{ipaddress.IPv4Address(tail)}"
-    return address.compressed
+    data = as_bytes(value).ljust(16, b"\x00")
+    words = struct.unpack(">8H", data)
+    gap, gap_length, run = -1, 0, -1
+    for i, word in enumerate((*words, 1)):  # the 1 closes a run that reaches the end
+        if word == 0 and i < 8:
+            run = i if run < 0 else run
+        elif run >= 0:
+            if i - run > gap_length:
+                gap, gap_length = run, i - run
+            run = -1
+    if gap == 0 and (gap_length == 6 or (gap_length == 5 and words[5] == 0xFFFF)):
+        return ("::" if gap_length == 6 else "::ffff:") + str(ipaddress.IPv4Address(data[12:]))
+    text, i = "", 0
+    while i < 8:
+        if i == gap:
+            text += "::" if i == 0 else ":"
+            i += gap_length
+        else:
+            text += f"{words[i]:x}" + (":" if i < 7 else "")
+            i += 1
+    return text
 
 
 def vector_floats(value: Any) -> list[float]:
