@@ -39,10 +39,14 @@ class PgParams:
     connect_timeout: int = 10
 
     def connect(self, **settings):
+        """A connection with the contract's session settings from its start (types.session_options)."""
         import psycopg
 
+        from ingest.sources.postgres.types import session_options
+
         return psycopg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                               dbname=self.database, connect_timeout=self.connect_timeout, autocommit=True, **settings)
+                               dbname=self.database, connect_timeout=self.connect_timeout, autocommit=True,
+                               options=session_options(), **settings)
 
     def libpq(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,

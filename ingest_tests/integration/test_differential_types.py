@@ -218,10 +218,17 @@ def _lake(df, columns: dict[str, Column]) -> list[dict]:
     return comparable(df.selectExpr("id", *(f"{col.read.format(c)} AS {c}" for c, col in columns.items())))
 
 
+def _nan_safe(value):
+    """NaN as a marker that equals itself, in lists too (a PostgreSQL float may be NaN)."""
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    return [_nan_safe(v) for v in value] if isinstance(value, list) else value
+
+
 def _assert_equal(path: str, server: list[dict], lake: list[dict]) -> None:
     assert [r["id"] for r in lake] == [r["id"] for r in server], f"{path}: not the server's rows"
     for want, have in zip(server, lake):
-        wrong = {c: (have[c], want[c]) for c in want if have[c] != want[c]}
+        wrong = {c: (have[c], want[c]) for c in want if _nan_safe(have[c]) != _nan_safe(want[c])}
         assert not wrong, f"{path}, row {want['id']}: column: (lake, server's client) {wrong}"
 
 

@@ -38,6 +38,14 @@ SESSION_SETTINGS = {"TimeZone": "UTC", "DateStyle": "ISO, YMD", "IntervalStyle":
 SPARK_MAX_DECIMAL_PRECISION = 38
 
 
+def session_options() -> str:
+    """SESSION_SETTINGS as libpq's `options`, so that every connection has them from its start: the
+    changes a session decodes from a slot are written by the types' output functions in that
+    session's settings (a batch read in the server's default IntervalStyle gave '00:00:00' where the
+    snapshot gave 'PT0S')."""
+    return " ".join("-c " + f"{name}={value}".replace(" ", "\\ ") for name, value in SESSION_SETTINGS.items())
+
+
 class ValueOutOfContract(ValueError):
     """A value the column's Delta type cannot hold (a NaN numeric, an infinite date)."""
 
