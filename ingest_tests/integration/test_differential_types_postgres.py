@@ -17,7 +17,6 @@ import random
 import struct
 from decimal import Decimal
 
-import pytest
 import yaml
 from dagster import DagsterInstance
 from hypothesis import strategies as st
