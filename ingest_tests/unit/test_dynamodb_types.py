@@ -94,6 +94,14 @@ def test_unknown_wire_types_and_bad_numbers_raise():
         from_attribute_value({"N": "1" * 39})
 
 
+def test_a_large_number_written_out_in_full_keeps_its_value():
+    # DynamoDB (Local) gave 1.06669898350555e98 back as its 99 digits: 15 significant, the rest zeros
+    text = "-106669898350555" + "0" * 84
+    value = from_attribute_value({"N": text})
+    assert value == Decimal(text) and item_json(value) == text
+    assert from_attribute_value({"N": "1" * 38 + "0"}) == Decimal("1" * 38 + "0")
+
+
 @given(st.decimals(allow_nan=False, allow_infinity=False, places=6, min_value=-10**20, max_value=10**20))
 def test_item_json_keeps_every_digit(value):
     text = item_json({"v": value})
