@@ -58,6 +58,7 @@ def every_type_item(i: int, **over: Any) -> dict[str, Any]:
         "blob": {"B": base64.b64encode(bytes([i % 256, 0, 255])).decode()}, "gone": {"NULL": True},
         "scores": {"NS": [str(i), "0.5"]}, "bins": {"BS": [base64.b64encode(b"x").decode()]},
         "hist": {"L": [{"S": "a"}, {"N": str(i)}, {"M": {"k": {"BOOL": False}}}]}, "big": {"N": "9" * 38},
+        "huge": {"N": "1.06669898350555e98"},  # DynamoDB writes it out in full: 99 digits, 15 significant
     }
     item.update(over)
     return item

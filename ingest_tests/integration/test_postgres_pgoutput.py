@@ -64,7 +64,7 @@ GOLDEN = [  # column, type, values (one per row; the first row is the edge cases
     ("ts", "timestamp(6)", ["'2024-02-29 23:59:59.999999'", "'1970-01-01 00:00:00'"]),
     ("tz", "timestamptz", ["'2024-06-01 12:00:00+05:30'", "'1999-12-31 23:00:00-08'"]),
     ("tm", "time(3)", ["'23:59:59.123'", "'00:00'"]),
-    ("iv", "interval", ["'1 year 2 mons 3 days 04:05:06.5'", "'-1 day'"]),
+    ("iv", "interval", ["'1 year 2 mons 3 days 04:05:06.5'", "'0'"]),
     ("u", "uuid", ["'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "NULL"]),
     ("j", "jsonb", ["'{\"b\": [1, 2], \"a\": null}'", "'[]'"]),
     ("e", "mood", ["'happy'", "'sad'"]),
@@ -102,10 +102,12 @@ def chunk_values(pg, columns, contracts) -> list[tuple]:
 
 
 def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_stream(pg):
-    from ingest.sources.postgres.schema import set_session, types_of
+    from ingest.adapters.postgres import PgParams
+    from ingest.sources.postgres.schema import types_of
 
-    with pg.connect() as conn:
-        set_session(conn)
+    # the project's own connection: its session settings are the ones the stream's text is written in
+    # (a session in the server's defaults gave intervals as '00:00:00' where the snapshot has 'PT0S')
+    with PgParams(pg.host, pg.port, pg.user, pg.password, "postgres").connect() as conn:
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'happy')")
         conn.execute("CREATE DOMAIN positive AS integer CHECK (VALUE > 0)")
         conn.execute("CREATE TABLE golden (id int PRIMARY KEY, "
@@ -156,7 +158,8 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     assert first["ai"] == [1, None, 3] and first["at"] == ["a b", None, 'c,"d']
     assert first["al"] == ["x", None, "yz"] and first["an"] == [Decimal("1.50"), None, Decimal("-2.00")]
     assert first["bx"] == ["(1,1),(0,0)", None, "(4,5),(2,3)"]
-    assert dict(zip([c.name for c in relation.columns], from_stream[1]))["wide"] == "NaN"
+    second = dict(zip([c.name for c in relation.columns], from_stream[1]))
+    assert second["wide"] == "NaN" and second["iv"] == "PT0S"
 
 
 def test_preflight_names_each_missing_setting_right_and_table_with_its_fix(pg):
