@@ -94,7 +94,7 @@ def run_start_to_silver(source: Source, run, table: str) -> float:
     """Seconds from the run's RUN_START event to the silver commit of `table` it made."""
     from dagster import DagsterEventType
 
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.lake.tables import table_location
 
     (started,) = source.instance.get_records_for_run(run.run_id, of_type=DagsterEventType.RUN_START).records

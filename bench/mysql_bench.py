@@ -292,7 +292,7 @@ batch took 36 s against 18-21 s for the next ones), once in a long-lived server'
 
 
 def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log) -> list[Result]:
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 
     warm = "cdc_warm"  # before the timed table's snapshot: its log start is after the warm-up's changes
@@ -337,7 +337,7 @@ def large_txn_bench(spark, server, params: ConnectionParams, lake: Path, small: 
     single transaction of `large` row events goes through bronze and silver, against one of `small`:
     flat means the ratio stays near 1 (the rows stay on the executors)."""
     from bench.common import PeakRss
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 
     peaks, seconds = {}, {}
@@ -430,7 +430,7 @@ def reconcile_bench(spark, server, params: ConnectionParams, lake: Path, small: 
         base = lake / f"reconcile_{rows}"
         snapshot_s[rows], _ = our_snapshot(spark, params, table, str(base / "snap"), chunk_size, parallelism,
                                            chunks_per_commit)
-        from ingest.lake.commits import last_commit
+        from ingest.lake.deltalog import last_commit
         from ingest.sources.mysql.positions import BinlogPosition
 
         log_start = BinlogPosition.from_metadata(last_commit(str(base / "snap"), kind="snapshot").metadata["log_start"])

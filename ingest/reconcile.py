@@ -18,7 +18,7 @@ from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 
 def silver_position(silver_path: str, basename: str) -> BinlogPosition | None:
     """The position silver has merged up to, from its Delta log (None: no snapshot merged)."""
-    from ingest.lake.commits import commits
+    from ingest.lake.deltalog import commits
 
     history = commits(silver_path)
     snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)

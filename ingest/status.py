@@ -79,7 +79,7 @@ def table_status(lake_root: str, name: str, table: str, source_state, binlog: bo
     source's (WAL head, slot headroom text), or a text to show instead (the source did not answer; a
     DynamoDB source). `binlog`: positions are binlog positions (MySQL); `lsn`: LSNs (PostgreSQL); a
     DynamoDB source's are per-shard checkpoints, not shown here."""
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.lake.tables import table_location
 
     now = dt.datetime.now()  # Delta's history timestamps are local, naive

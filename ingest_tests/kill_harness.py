@@ -323,7 +323,7 @@ class KillHarness:
         return {layer: table_location(str(self.lake), "src", TABLE, layer) for layer in ("snapshot", "bronze", "silver")}
 
     def _commit_versions(self) -> dict[str, int | None]:
-        from ingest.lake.commits import table_version
+        from ingest.lake.deltalog import table_version
 
         return {layer: table_version(path) for layer, path in self._paths().items()}
 

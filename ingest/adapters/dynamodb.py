@@ -67,7 +67,8 @@ class ScanSnapshotWrite:
     page_size: int | None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
-        from ingest.lake.commits import last_commit, table_version, waves
+        from ingest.lake.commits import waves
+        from ingest.lake.deltalog import last_commit, table_version
         from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.lake.tables import BRONZE, sibling_location
         from ingest.sources.dynamodb.streams import describe_stream, stream_of
@@ -133,7 +134,7 @@ class StreamBatchWrite:
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.bronze import append_changes
-        from ingest.lake.commits import last_commit
+        from ingest.lake.deltalog import last_commit
         from ingest.lake.tables import SNAPSHOT, sibling_location
         from ingest.sources.dynamodb.streams import read_stream_batch, stream_of
         from ingest.sources.dynamodb.types import TableTypes
@@ -172,7 +173,7 @@ def silver_checkpoint(silver_path: str, snapshot_path: str) -> tuple[StreamCheck
     """The stream checkpoint silver has merged up to, and what it is, from the Delta logs: the end of the
     newest batch merged since its snapshot, else that snapshot's stream positions (None: no snapshot
     merged)."""
-    from ingest.lake.commits import commits, last_commit
+    from ingest.lake.deltalog import commits, last_commit
 
     history = commits(silver_path)
     snapshot = next((c for c in history if c.metadata.get("from") == "snapshot"), None)

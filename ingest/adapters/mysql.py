@@ -222,7 +222,7 @@ class SnapshotWrite:
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
-        from ingest.lake.commits import table_version
+        from ingest.lake.deltalog import table_version
 
         progress = run_snapshot(
             spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,

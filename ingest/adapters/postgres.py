@@ -235,7 +235,8 @@ class PgSnapshotWrite:
     chunks_per_commit: int
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
-        from ingest.lake.commits import table_version, waves
+        from ingest.lake.commits import waves
+        from ingest.lake.deltalog import table_version
         from ingest.lake.connect import jdbc_driver
         from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point, snapshot_table_rows
         from ingest.sources.postgres.jdbc import DRIVER, jdbc_columns
@@ -292,7 +293,7 @@ class PgSnapshotWrite:
 def silver_lsn(silver_path: str):
     """The LSN silver has merged up to, from its Delta log (None: no snapshot merged)."""
     from ingest.batches import merged_through
-    from ingest.lake.commits import commits
+    from ingest.lake.deltalog import commits
     from ingest.sources.postgres.positions import LsnRange
 
     history = commits(silver_path)

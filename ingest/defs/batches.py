@@ -66,7 +66,7 @@ def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], 
                    table_key: Callable[..., AssetKey], history: Sequence[str] = ()):
     """The batch log write for `batch`, after checking in the Delta logs that every step committed."""
     from ingest.lake.batchlog import BatchLogWrite
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
 
     positions, changed, missing = None, {}, []
     for t in tables:

@@ -33,7 +33,7 @@ def compare_binlog(a, b):
 
 
 def committed_batches(spark, bronze_path: str, mysql: bool) -> list[CommittedBatch]:
-    from ingest.lake.commits import commits
+    from ingest.lake.deltalog import commits
     from ingest.sources.mysql.positions import BinlogPosition
 
     found = {}
@@ -101,7 +101,7 @@ def batch_checks(name: str, source, tables: Sequence[str]) -> list[AssetChecksDe
     mysql = not isinstance(source, DynamoDBSource)
 
     def contiguity_of(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
-        from ingest.lake.commits import last_commit
+        from ingest.lake.deltalog import last_commit
         from ingest.sources.mysql.positions import BinlogPosition
 
         lake = context.resources.lake
@@ -111,7 +111,7 @@ def batch_checks(name: str, source, tables: Sequence[str]) -> list[AssetChecksDe
         return _result(contiguity(batches, compare_binlog if mysql else lambda a, b: None, log_start))
 
     def freshness_of(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
-        from ingest.lake.commits import last_commit
+        from ingest.lake.deltalog import last_commit
 
         lake = context.resources.lake
         merged = last_commit(lake.path_for(table_key(name, table)), kind="silver")
@@ -155,7 +155,7 @@ def recorded_end(spark, lake, name: str, table: str, snapshot_key: str):
     """Where the table's changes are committed through, as recorded: the newest bronze batch's end, else
     the snapshot's `snapshot_key` (MySQL: log_start; DynamoDB: stream_positions); None before either."""
     from ingest.defs.factory import table_key
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
 
     bronze = last_commit(lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
     if bronze:

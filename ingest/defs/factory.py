@@ -16,7 +16,7 @@ from ingest.config import ConfigError, DynamoDBSource, MySQLSource, PostgresSour
 from ingest.defs.batches import record_worker
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.bronze import ChangeBatch
-from ingest.lake.commits import last_commit
+from ingest.lake.deltalog import last_commit
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.history import HistoryFromBatch, snapshot_in_history
 from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part

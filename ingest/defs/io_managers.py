@@ -44,8 +44,7 @@ def write_figures(spark, path: str, meta: dict[str, Any], seconds: float, table_
 
     Only the commit's metrics are read for a change batch's writes: the table's size takes a DESCRIBE
     DETAIL (0.4-0.5 s each here), a cost that would follow the table, not the changes."""
-    from ingest.lake.commits import commits
-    from ingest.lake.deltalog import is_delta_table
+    from ingest.lake.deltalog import commits, is_delta_table
     from ingest.lake.merge import delta_path
 
     figures: dict[str, Any] = {"seconds": round(seconds, 3), "lag_seconds": meta.get("lag_seconds", 0.0)}

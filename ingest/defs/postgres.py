@@ -225,7 +225,7 @@ def freshness_checks(name: str, source: PostgresSource, tables: list[str], lake_
         from ingest.checks import freshness
         from ingest.defs.checks import _result
         from ingest.defs.sensors import logged
-        from ingest.lake.commits import last_commit
+        from ingest.lake.deltalog import last_commit
         from ingest.sources.postgres.cdc import confirm, slot_state
         from ingest.sources.postgres.positions import Lsn
         from ingest.sources.postgres.slot import has_changes

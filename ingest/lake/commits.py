@@ -1,4 +1,4 @@
-"""What every commit of ours carries, and reading it back from the Delta log.
+"""What every commit of ours carries (reading it back from the Delta log: lake/deltalog.py).
 
 A commit that adds rows carries the source position it covers in the same
 commit (DESIGN principle 1): `userMetadata` holds a JSON document with the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -127,38 +127,3 @@ class CommitInfo:
     metrics: dict[str, str]
     timestamp: Any = None
     """When Delta committed it (a datetime)."""
-
-
-def commits(path: str, limit: int | None = None) -> list[CommitInfo]:
-    """Our commits on the table at `path`, newest first ([] if there is no table), among its newest
-    `limit` commits of ours (all: None)."""
-    from itertools import islice
-
-    from ingest.lake.deltalog import our_commits
-
-    return list(islice(our_commits(path), limit))
-
-
-def newest_commit(path: str, where: Callable[[dict[str, Any]], bool]) -> CommitInfo | None:
-    """The newest of our commits whose metadata satisfies `where`, read from the newest back: what a
-    batch looks for (its own commit, the newest merge) is nearly always among the last few."""
-    from ingest.lake.deltalog import our_commits
-
-    return next((info for info in our_commits(path) if where(info.metadata)), None)
-
-
-def last_commit(path: str, **match: Any) -> CommitInfo | None:
-    """The newest of our commits whose metadata has all of `match`, from the Delta log."""
-    return newest_commit(path, lambda meta: all(meta.get(k) == v for k, v in match.items()))
-
-
-def latest(path: str) -> tuple[int, dict[str, str]] | None:
-    """Version and operation metrics of the table's newest commit, ours or not (None: no table)."""
-    from ingest.lake.deltalog import head_commit
-
-    return head_commit(path)
-
-
-def table_version(path: str) -> int | None:
-    head = latest(path)
-    return None if head is None else head[0]

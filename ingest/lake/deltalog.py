@@ -1,4 +1,5 @@
-"""Reading our commits straight from a Delta table's `_delta_log`, without Spark.
+"""Reading our commits straight from a Delta table's `_delta_log`, without Spark: the one reader of what a
+table has committed (commits, last_commit, latest, table_version).
 
 The sensors decide where the next change batch starts from what the lake has
 committed (DESIGN principle 1), every few seconds, in the daemon's process:
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -173,3 +175,29 @@ def our_commits(table_path: str, client: Any = None) -> Iterator[CommitInfo]:
         if info is not None:
             yield info
 
+
+def commits(path: str, limit: int | None = None) -> list[CommitInfo]:
+    """Our commits on the table at `path`, newest first ([] if there is no table), among its newest
+    `limit` commits of ours (all: None)."""
+    return list(islice(our_commits(path), limit))
+
+
+def newest_commit(path: str, where: Callable[[dict[str, Any]], bool]) -> CommitInfo | None:
+    """The newest of our commits whose metadata satisfies `where`, read from the newest back: what a
+    batch looks for (its own commit, the newest merge) is nearly always among the last few."""
+    return next((info for info in our_commits(path) if where(info.metadata)), None)
+
+
+def last_commit(path: str, **match: Any) -> CommitInfo | None:
+    """The newest of our commits whose metadata has all of `match`, from the Delta log."""
+    return newest_commit(path, lambda meta: all(meta.get(k) == v for k, v in match.items()))
+
+
+def latest(path: str) -> tuple[int, dict[str, str]] | None:
+    """Version and operation metrics of the table's newest commit, ours or not (None: no table)."""
+    return head_commit(path)
+
+
+def table_version(path: str) -> int | None:
+    head = latest(path)
+    return None if head is None else head[0]

@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.lake.commits import Txn, last_commit
+from ingest.lake.commits import Txn
+
+from ingest.lake.deltalog import last_commit
 from ingest.lake.merge import DELETED, POS, delta_path, temp_view
 from ingest.lake.tables import LakeTable
 from ingest.lake.tables import spark_ident as _col
@@ -148,7 +150,7 @@ def merge_history(spark, path: str, versions, keys: Sequence[str], truncates: Se
     from ingest.lake.columns import lake_name
     from ingest.lake.deltalog import is_delta_table
     from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
-    from ingest.lake.commits import table_version
+    from ingest.lake.deltalog import table_version
 
     versions, keys = lake_columns(versions), [lake_name(k) for k in keys]
     if not is_delta_table(path):

@@ -15,7 +15,8 @@ from decimal import Decimal
 from typing import Any
 
 from ingest.lake.columns import lake_name
-from ingest.lake.commits import Txn, table_version
+from ingest.lake.commits import Txn
+from ingest.lake.deltalog import table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import WriteOutcome, append, lake_columns, retry_conflicts, session_txn, widen_for
 

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from ingest.lake.commits import Txn, last_commit, unfinished_snapshot
+from ingest.lake.commits import Txn, unfinished_snapshot
+
+from ingest.lake.deltalog import last_commit
 
 U = TypeVar("U")
 

@@ -6,7 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ingest.lake.commits import CommitInfo, last_commit, table_version
+from ingest.lake.commits import CommitInfo
+
+from ingest.lake.deltalog import last_commit, table_version
 
 SNAPSHOT = "snapshot"
 SILVER = "silver"

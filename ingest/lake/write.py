@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ingest.lake.columns import SOURCE_NAME, lake_name, widenings
-from ingest.lake.commits import Txn, encode_user_metadata, latest, table_version
+from ingest.lake.commits import Txn, encode_user_metadata
+from ingest.lake.deltalog import latest, table_version
 from ingest.retry import retrying
 
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 from dagster import AssetKey, DagsterInstance
 
 from ingest.lake.batchlog import logged_batches
-from ingest.lake.commits import table_version
+from ingest.lake.deltalog import table_version
 from ingest.lake.tables import source_batch_log_location, table_location
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 from ingest_tests.open_readers import arrow_table

@@ -75,7 +75,7 @@ def test_sensor_waits_for_snapshots_then_batches_keep_silver_in_sync(harness, ro
 def test_batch_metadata_mirrors_the_committed_positions(harness, root):
     from dagster import AssetKey, AssetRecordsFilter
 
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.lake.tables import table_location
 
     h = harness

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from ingest.lake.commits import commits
+from ingest.lake.deltalog import commits
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
 from ingest.localdev.processes import stop_group

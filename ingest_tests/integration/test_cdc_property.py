@@ -52,7 +52,7 @@ def test_random_workload_any_batch_order_converges(spark, root, params, tmp_path
     snaps = {t: LakeTable(spark, str(lake / t / "snapshot")) for t in tables.values()}
     for t in tables.values():
         snapshot(spark, params, t, snaps[t].path)
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
 
     start = min(BinlogPosition.from_metadata(last_commit(s.path, kind="snapshot").metadata["log_start"])
                 for s in snaps.values())

@@ -7,7 +7,7 @@ from dagster import instance_for_test
 
 from ingest.adapters.mysql import change_batch_writes
 from ingest.lake.bronze import BatchSummary, bronze_writes
-from ingest.lake.commits import last_commit, table_version
+from ingest.lake.deltalog import last_commit, table_version
 from ingest.sources.mysql.cdc import read_change_batch
 from ingest.sources.mysql.errors import BinlogGap
 from ingest.sources.mysql.events import CapturedTable

@@ -11,7 +11,7 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 
 from ingest.lake.batchlog import logged_batches
-from ingest.lake.commits import commits
+from ingest.lake.deltalog import commits
 from ingest_tests.integration.dynamodb_harness import (
     DynamoHarness, create_table, every_type_item, unique, write_sources,
 )

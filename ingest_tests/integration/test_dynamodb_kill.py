@@ -99,7 +99,7 @@ def test_two_runs_of_the_same_stream_batch_racing_commit_it_once_and_the_next_ba
     read different ends), commit it once; batch 2 starts at the committed end and nothing is lost."""
     import boto3
 
-    from ingest.lake.commits import commits
+    from ingest.lake.deltalog import commits
 
     ddb = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
     table = create_table(ddb, unique("race"))

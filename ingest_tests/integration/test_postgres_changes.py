@@ -119,7 +119,7 @@ def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start
     import threading
 
     from ingest.adapters.postgres import PgParams, PgSnapshotWrite
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.lake.silver import SilverFromBatch
     from ingest.lake.tables import LakeTable
     from ingest.sources.postgres.positions import Lsn, LsnRange
@@ -166,7 +166,7 @@ def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(
     TRUNCATE positions and newest commit as from the same batch read in the run, which holds no change."""
     from ingest.adapters.postgres import PgParams, change_batch_writes
     from ingest.lake.bronze import BatchSummary
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.sources.postgres.positions import LsnRange
 
     params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
@@ -219,7 +219,7 @@ def test_a_slot_released_before_the_executors_read_the_batch_stops_it_and_commit
     hand, or by another reader): the executor finds its changes gone, the run fails naming the slot, and
     bronze gets no commit."""
     from ingest.adapters.postgres import PgParams, change_batch_writes
-    from ingest.lake.commits import table_version
+    from ingest.lake.deltalog import table_version
     from ingest.sources.postgres.positions import LsnRange
     from ingest.sources.postgres.slot import advance
 

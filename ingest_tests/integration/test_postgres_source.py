@@ -128,7 +128,7 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
 
 
 def test_after_the_first_batch_a_run_names_only_the_tables_the_slot_shows_changed(pg, harness):
-    from ingest.lake.commits import table_version
+    from ingest.lake.deltalog import table_version
     from ingest.lake.tables import table_location
     from ingest.sources.postgres.cdc import slot_state
     from ingest.sources.postgres.slot import peek_batch_tables
@@ -176,7 +176,7 @@ def test_a_batch_run_lands_a_batch_its_executors_read_as_it_lands_one_it_reads_i
     """With cdc.executor_min_bytes 0 every batch is only planned by the run, and executors read each table's
     changes from the slot: a TOASTed value not sent, a key moved and a TRUNCATE land in silver as the source
     has them, and bronze counted the rows from its commit (the run held none)."""
-    from ingest.lake.commits import last_commit
+    from ingest.lake.deltalog import last_commit
     from ingest.lake.tables import table_location
 
     config = yaml.safe_load(harness.sources.read_text())

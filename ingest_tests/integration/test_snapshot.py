@@ -3,7 +3,7 @@
 import pytest
 
 from ingest.lake.columns import SOURCE_NAME, lake_name
-from ingest.lake.commits import commits, last_commit
+from ingest.lake.deltalog import commits, last_commit
 from ingest.lake.merge import live_rows, row_counts
 from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
 from ingest.lake.tables import LakeTable

@@ -120,7 +120,7 @@ def test_binlog_connections_dropped_mid_stream_give_every_change_once(root, data
 
 
 def test_snapshot_chunk_connections_dropped_are_retried_by_wave(spark, root, database, proxy, tmp_path):
-    from ingest.lake.commits import commits
+    from ingest.lake.deltalog import commits
     from ingest.sources.mysql.schema import ConnectionParams
     from ingest_tests.integration.conftest import snapshot
 

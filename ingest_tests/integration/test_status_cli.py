@@ -3,7 +3,7 @@
 from dagster import DagsterInstance
 
 from ingest.cli import main
-from ingest.lake.commits import last_commit
+from ingest.lake.deltalog import last_commit
 from ingest.lake.tables import table_location
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources

@@ -1,4 +1,5 @@
-from ingest.lake.commits import Txn, commits, last_commit
+from ingest.lake.commits import Txn
+from ingest.lake.deltalog import commits, last_commit
 from ingest.lake.write import append
 
 

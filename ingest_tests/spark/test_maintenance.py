@@ -6,7 +6,8 @@ from ingest.config import MaintenanceSettings
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.maintenance import maintenance_defs
 from ingest.defs.resources import SparkResource
-from ingest.lake.commits import Txn, table_version
+from ingest.lake.commits import Txn
+from ingest.lake.deltalog import table_version
 from ingest.lake.write import append
 from ingest_tests.open_readers import assert_any_reader_opens
 

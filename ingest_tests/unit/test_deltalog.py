@@ -3,8 +3,7 @@
 import json
 
 from ingest.lake.commits import Txn, encode_user_metadata
-from ingest.lake.commits import last_commit
-from ingest.lake.deltalog import our_commits, version_file
+from ingest.lake.deltalog import last_commit, our_commits, version_file
 
 
 def write_log(folder, commits, checkpoint=None):
