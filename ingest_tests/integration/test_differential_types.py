@@ -75,10 +75,17 @@ def _integer(kind: str, bits: int, unsigned: bool = False) -> Column:
     return Column(f"{kind}{' UNSIGNED' if unsigned else ''}", st.integers(low, high), edges=(low, high, 0))
 
 
+def exact_decimals(precision: int, scale: int):
+    """Decimals of `precision` digits, `scale` of them decimals, and the largest one. Built from digit
+    strings: hypothesis's decimals and Decimal arithmetic round to the default context's 28 digits
+    (a DECIMAL(38,9) bound came out as 1E+29, past the column's largest value)."""
+    top = Decimal("9" * (precision - scale) + ("." + "9" * scale if scale else ""))
+    return st.integers(-(10 ** precision - 1), 10 ** precision - 1).map(lambda n: Decimal(f"{n}E-{scale}")), top
+
+
 def _decimal(precision: int, scale: int, lake=_same) -> Column:
-    top = Decimal(10) ** (precision - scale) - Decimal(1).scaleb(-scale)
-    return Column(f"DECIMAL({precision},{scale})", st.decimals(-top, top, places=scale), edges=(top, -top, 0),
-                  lake=lake)
+    values, top = exact_decimals(precision, scale)
+    return Column(f"DECIMAL({precision},{scale})", values, edges=(top, -top, 0), lake=lake)
 
 
 def _time_text(delta: dt.timedelta, digits: int) -> str:

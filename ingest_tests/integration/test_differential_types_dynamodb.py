@@ -13,7 +13,7 @@ from dagster import DagsterInstance
 from hypothesis import strategies as st
 
 from ingest_tests.integration.dynamodb_harness import DynamoHarness, create_table, unique
-from ingest_tests.integration.test_differential_types import ROWS, _assert_equal, _draw
+from ingest_tests.integration.test_differential_types import ROWS, _assert_equal, _draw, exact_decimals
 
 _text = st.text(alphabet=" a\u00fc\"\\\n\U0001F600", max_size=6)
 _binary = st.binary(max_size=6)
@@ -52,8 +52,7 @@ def _scalar_of(tag: str, convert):
 # declared attributes: (type, attribute values hypothesis draws, the client's value in the column)
 DECLARED = {
     "s": ("string", st.builds(lambda s: {"S": s}, _text), _scalar_of("S", str)),
-    "n": ("decimal(38,9)", st.decimals(-Decimal("9" * 29 + ".999999999"), Decimal("9" * 29 + ".999999999"), places=9)
-          .map(lambda d: {"N": str(d)}), _scalar_of("N", Decimal)),
+    "n": ("decimal(38,9)", exact_decimals(38, 9)[0].map(lambda d: {"N": str(d)}), _scalar_of("N", Decimal)),
     "big": ("bigint", st.integers(-2 ** 63, 2 ** 63 - 1).map(lambda i: {"N": str(i)}), _scalar_of("N", int)),
     "i": ("int", st.integers(-2 ** 31, 2 ** 31 - 1).map(lambda i: {"N": str(i)}), _scalar_of("N", int)),
     "d": ("double", st.floats(allow_nan=False, allow_infinity=False, min_value=-1e125, max_value=1e125)
