@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.lake.commits import Txn
-
-from ingest.lake.deltalog import last_commit
+from ingest.lake.deltalog import is_delta_table, last_commit, table_version
 from ingest.lake.merge import DELETED, POS, delta_path, temp_view
 from ingest.lake.tables import LakeTable
 from ingest.lake.tables import spark_ident as _col
@@ -148,9 +147,7 @@ def merge_history(spark, path: str, versions, keys: Sequence[str], truncates: Se
     """Insert `versions` (data columns, `_valid_from`, `_valid_from_ts`, `_deleted`) into the history at
     `path` and recompute the intervals of the keys they touch. True when it committed."""
     from ingest.lake.columns import lake_name
-    from ingest.lake.deltalog import is_delta_table
     from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
-    from ingest.lake.deltalog import table_version
 
     versions, keys = lake_columns(versions), [lake_name(k) for k in keys]
     if not is_delta_table(path):
@@ -192,7 +189,6 @@ class HistoryFromBatch:
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
 
-        from ingest.lake.deltalog import is_delta_table
         from ingest.lake.silver import pos_literal
 
         batch = self.bronze.partition

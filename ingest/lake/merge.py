@@ -16,7 +16,7 @@ from typing import Any
 
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
-from ingest.lake.deltalog import table_version
+from ingest.lake.deltalog import is_delta_table, table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import WriteOutcome, append, lake_columns, retry_conflicts, session_txn, widen_for
 
@@ -156,8 +156,6 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     commit names the keys (`MERGE_KEYS`) for it.
     """
     from pyspark.sql import functions as F
-
-    from ingest.lake.deltalog import is_delta_table
 
     changes, keys = lake_columns(changes), [lake_name(k) for k in keys]
     metadata = {**metadata, MERGE_KEYS: keys}

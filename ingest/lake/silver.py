@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from ingest.lake.bronze import BatchSummary
 from ingest.lake.commits import SilverCommit, Txn
-from ingest.lake.deltalog import table_version
+from ingest.lake.deltalog import is_delta_table, last_commit, newest_commit, table_version
 from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
 from ingest.lake.tables import LakeTable
 from ingest.lake.write import WriteOutcome, session_txn
@@ -22,8 +22,6 @@ class SnapshotNotFinished(RuntimeError):
 def snapshot_in_silver(silver_path: str, snapshot_id: str) -> bool:
     """Whether silver holds the snapshot and its catch-up: the two are separate commits, so only a
     commit made after both (`caught_up`) proves it; a run killed between them redoes both."""
-    from ingest.lake.deltalog import last_commit
-
     return last_commit(silver_path, kind="silver", snapshot_id=snapshot_id, caught_up=True) is not None
 
 
@@ -97,7 +95,6 @@ def keep_unchanged(spark, path: str, rows, keys: Sequence[str]):
     from pyspark.sql import functions as F
 
     from ingest.lake.bronze import UNCHANGED_COLUMN
-    from ingest.lake.deltalog import is_delta_table
     from ingest.lake.tables import spark_ident
 
     named = [r[0] for r in rows.select(F.explode(UNCHANGED_COLUMN)).distinct().collect()]
@@ -135,8 +132,6 @@ def truncated_before(spark, path: str) -> int:
     it included (merges of one table cannot commit concurrently without seeing
     each other), so the newest merge that recorded one knows it.
     """
-    from ingest.lake.deltalog import newest_commit
-
     newest = newest_commit(path, lambda meta: "truncated_before" in meta)
     return int(newest.metadata["truncated_before"] or 0) if newest else 0
 
@@ -210,8 +205,6 @@ class SilverFromBatch:
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
-
-        from ingest.lake.deltalog import last_commit
 
         batch = self.bronze.partition
         log(f"silver {self.source}/{self.table} batch {batch}: merging")

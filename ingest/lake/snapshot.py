@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ingest.lake.commits import Txn, unfinished_snapshot
-
-from ingest.lake.deltalog import last_commit
+from ingest.lake.deltalog import last_commit, our_commits
 
 U = TypeVar("U")
 
@@ -119,8 +118,6 @@ def snapshot_rows(path: str, snapshot_id: str) -> int | None:
     """The rows of the snapshot `snapshot_id` at `path`, summed from its waves' commits in the Delta log
     back to its first (which replaced the table), without a Spark job; None when the log no longer
     reaches back that far."""
-    from ingest.lake.deltalog import our_commits
-
     rows = 0
     for info in our_commits(path):
         meta = info.metadata

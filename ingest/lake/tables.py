@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ingest.lake.commits import CommitInfo
-
-from ingest.lake.deltalog import last_commit, table_version
+from ingest.lake.deltalog import is_delta_table, last_commit, table_version
 
 SNAPSHOT = "snapshot"
 SILVER = "silver"
@@ -89,8 +88,6 @@ class LakeTable:
         return self.spark.read.format("delta").load(self.path)
 
     def exists(self) -> bool:
-        from ingest.lake.deltalog import is_delta_table
-
         return is_delta_table(self.path)
 
     def last_commit(self, **match: Any) -> CommitInfo | None:

@@ -13,7 +13,7 @@ from dagster import DagsterInstance
 from hypothesis import strategies as st
 
 from ingest_tests.integration.dynamodb_harness import DynamoHarness, create_table, unique
-from ingest_tests.integration.test_differential_types import ROWS, _assert_equal, _draw, exact_decimals
+from ingest_tests.integration.test_differential_types import ROWS, Column, _assert_equal, _draw, exact_decimals
 
 _text = st.text(alphabet=" a\u00fc\"\\\n\U0001F600", max_size=6)
 _binary = st.binary(max_size=6)
@@ -75,12 +75,7 @@ _ITEM = st.fixed_dictionaries({}, optional={
 
 def _items(n: int) -> list[dict]:
     # _draw's rows of one column, each an item without its key (None: an item of the key alone)
-    return [r["item"] or {} for r in _draw({"item": _Col(_ITEM)}, n)]
-
-
-class _Col:  # the shape _draw's row strategy reads
-    def __init__(self, values):
-        self.values = values
+    return [r["item"] or {} for r in _draw({"item": Column("item", _ITEM)}, n)]
 
 
 def _json(text: str):
