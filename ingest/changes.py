@@ -67,6 +67,8 @@ class TableChanges:
     """Sliced only: the positions of the table's TRUNCATE records, as the planning pass saw them."""
     newest: dt.datetime | None = None
     """Sliced only: when the table's newest change in the batch committed, as the planning pass saw it."""
+    oldest: dt.datetime | None = None
+    """Sliced only: when its oldest change committed (silver's lag is that change's: the longest wait)."""
     unchanged: bool = False
     """Sliced only: a change did not send a value it left as it was (PostgreSQL's TOAST): bronze gets
     `_unchanged`."""

@@ -16,7 +16,7 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -218,7 +218,7 @@ def bronze_writes(source: str, batch: SourceBatch, frames: Mapping[str, Callable
     frames = frames or {}
 
     def planned(changes) -> BatchSummary:
-        return BatchSummary(None, changes.truncates, int(changes.newest.timestamp()) if changes.newest else None)
+        return BatchSummary(None, changes.truncates, _epoch(changes.newest), _epoch(changes.oldest))
 
     return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
                                            batch.positions, batch.extra, frames.get(table),
@@ -269,23 +269,24 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
 @dataclass(frozen=True)
 class BatchSummary:
     """What silver's merge of one batch asks of its changes: how many rows are not TRUNCATEs, the
-    TRUNCATEs' positions, and when the newest change committed in the source (epoch seconds).
-    `changes` None: not counted before the commit (changes executors read): the commit's rows less
-    the TRUNCATEs (`counted`)."""
+    TRUNCATEs' positions, and when the newest and the oldest change committed in the source (epoch
+    seconds; the oldest is None in commits of earlier versions). `changes` None: not counted before
+    the commit (changes executors read): the commit's rows less the TRUNCATEs (`counted`)."""
 
     changes: int | None
     truncates: tuple[int, ...]
     newest_epoch: int | None
+    oldest_epoch: int | None = None
 
     def to_metadata(self) -> dict[str, Any]:
         return {"changes": self.changes, "truncates": [str(p) for p in self.truncates],
-                "newest_epoch": self.newest_epoch}
+                "newest_epoch": self.newest_epoch, "oldest_epoch": self.oldest_epoch}
 
     @classmethod
     def from_metadata(cls, data: Mapping[str, Any]) -> BatchSummary:
         changes = data["changes"]
         return cls(None if changes is None else int(changes), tuple(int(p) for p in data["truncates"]),
-                   data.get("newest_epoch"))
+                   data.get("newest_epoch"), data.get("oldest_epoch"))
 
     def counted(self, metrics: Mapping[str, str]) -> BatchSummary | None:
         """With the row count, if not known, from the operation metrics of the bronze commit that wrote
@@ -294,7 +295,7 @@ class BatchSummary:
             return self
         if "numOutputRows" not in metrics:
             return None
-        return BatchSummary(int(metrics["numOutputRows"]) - len(self.truncates), self.truncates, self.newest_epoch)
+        return replace(self, changes=int(metrics["numOutputRows"]) - len(self.truncates))
 
 
 def summarize(records: Sequence[ChangeRecord]) -> BatchSummary:
@@ -303,7 +304,12 @@ def summarize(records: Sequence[ChangeRecord]) -> BatchSummary:
              for t in (r.committed_at for r in records) if t is not None]
     return BatchSummary(sum(r.op != ChangeOp.TRUNCATE for r in records),
                         tuple(int(r.pos) for r in records if r.op == ChangeOp.TRUNCATE),
-                        int(max(times).timestamp()) if times else None)
+                        _epoch(max(times, default=None)), _epoch(min(times, default=None)))
+
+
+def _epoch(at: dt.datetime | None) -> int | None:
+    """Epoch seconds, floored as Spark's unix_timestamp floors `_ts` (pure)."""
+    return int(at.timestamp()) if at is not None else None
 
 
 def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],

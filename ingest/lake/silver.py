@@ -141,7 +141,18 @@ class BronzeMerge(NamedTuple):
     changes: int
     """Change rows (TRUNCATEs aside) the batch held."""
     newest_epoch: int | None
-    """When the newest of them was committed in the source (epoch seconds), for the lag."""
+    """When the newest of them was committed in the source (epoch seconds)."""
+    oldest_epoch: int | None
+    """When the oldest of them was (None from bronze commits of earlier versions)."""
+
+    def lags(self, now: float) -> dict[str, float]:
+        """How long the batch's changes waited from their commit in the source to `now`, when silver has
+        them: `lag_seconds` for the oldest (the longest wait, what a user who timed a row can see) and
+        `lag_seconds_newest` for the newest (pure)."""
+        if self.newest_epoch is None:
+            return {}
+        oldest = self.newest_epoch if self.oldest_epoch is None else self.oldest_epoch
+        return {"lag_seconds": round(now - oldest, 1), "lag_seconds_newest": round(now - self.newest_epoch, 1)}
 
 
 def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str,
@@ -165,9 +176,10 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
     if summary is None:  # one pass over the changes for both questions: any rows to merge, any TRUNCATE
         seen = changes.agg(F.count(F.when(F.col("_op") != "truncate", 1)).alias("rows"),
                            F.collect_list(F.when(F.col("_op") == "truncate", F.col(POS))).alias("truncates"),
-                           (F.max(F.unix_timestamp("_ts")) if "_ts" in changes.columns else F.lit(None)
-                            ).alias("newest")).first()
-        summary = BatchSummary(seen["rows"], tuple(int(p) for p in seen["truncates"]), seen["newest"])
+                           *((F.max(F.unix_timestamp("_ts")).alias("newest"), F.min(F.unix_timestamp("_ts")).alias("oldest"))
+                             if "_ts" in changes.columns else (F.lit(None).alias("newest"), F.lit(None).alias("oldest")))
+                           ).first()
+        summary = BatchSummary(seen["rows"], tuple(int(p) for p in seen["truncates"]), seen["newest"], seen["oldest"])
     truncates = list(summary.truncates)
     cutoff = max([truncated_before(spark, path), *truncates])
     meta = {**meta, "truncated_before": cutoff or None}
@@ -183,7 +195,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
         with session_txn(spark, meta, Txn(f"{app_id}:truncate", 0)):
             spark.sql(f"UPDATE {delta_path(path)} SET {DELETED} = true, {POS} = CAST({cutoff} AS DECIMAL(38,0)) "
                       f"WHERE {POS} < {cutoff} AND NOT {DELETED}").collect()
-    return BronzeMerge(outcome, summary.changes, summary.newest_epoch)
+    return BronzeMerge(outcome, summary.changes, summary.newest_epoch, summary.oldest_epoch)
 
 
 @dataclass(frozen=True)
@@ -241,14 +253,14 @@ class SilverFromBatch:
         stored = bronze_batch.metadata.get("summary")
         # None: merge_bronze counts the batch's rows itself (an older commit, or one without metrics)
         summary = BatchSummary.from_metadata(stored).counted(bronze_batch.metrics) if stored else None
-        outcome, changes, newest = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
+        merged = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
                                                 record.metadata(), record.txn.app_id, summary, self.deletion_vectors)
+        outcome = merged.outcome
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         return {**counts(), "delta_version": outcome.version, "committed": outcome.committed, "batch": batch,
-                "end": bronze_batch.metadata.get("end"), "rows": changes, "snapshot_id": snapshot_id,
-                # from the newest change's commit in the source to now: how far behind silver is
-                **({"lag_seconds": round(time.time() - newest, 1)} if newest is not None else {})}
+                "end": bronze_batch.metadata.get("end"), "rows": merged.changes, "snapshot_id": snapshot_id,
+                **merged.lags(time.time())}
 
     def _catch_up(self, spark: Any, path: str, snap: dict[str, Any], keys: list[str], batch: str, log) -> None:
         """After a snapshot's first merge: every change in bronze since its log start, other

@@ -73,6 +73,9 @@ def test_sensor_waits_for_snapshots_then_batches_keep_silver_in_sync(harness, ro
 
 
 def test_batch_metadata_mirrors_the_committed_positions(harness, root):
+    """...and silver's lag is the wait of the batch's oldest change, the newest's beside it."""
+    import time
+
     from dagster import AssetKey, AssetRecordsFilter
 
     from ingest.lake.deltalog import last_commit
@@ -83,12 +86,19 @@ def test_batch_metadata_mirrors_the_committed_positions(harness, root):
     h.sync()
     with root.cursor() as cur:
         cur.execute("INSERT INTO acct VALUES (5000, 'x', 1), (5001, 'y', 2)")
+        time.sleep(2.2)  # two commits 2 s apart in one batch
         cur.execute("DELETE FROM acct WHERE id = 5")
         cur.execute("UPDATE acct SET owner = 'z' WHERE id = 6")
     key = h.sync()
-    record = h.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey(["src", "acct", "changes"]), asset_partitions=[key]), limit=1).records[0]
-    meta = record.asset_materialization.metadata
+
+    def metadata(*asset):
+        return h.instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(list(asset)),
+                                                                    asset_partitions=[key]), limit=1
+                                                 ).records[0].asset_materialization.metadata
+
+    silver = metadata("src", "acct")
+    assert silver["lag_seconds"].value - silver["lag_seconds_newest"].value >= 2
+    meta = metadata("src", "acct", "changes")
     assert (meta["rows_insert"].value, meta["rows_delete"].value, meta["rows_update"].value) == (2, 1, 1)
     assert meta["last_gtid"].value and meta["lag_seconds"].value >= 0
     committed = last_commit(table_location(str(h.lake), "src", "acct", "bronze"), batch=key)

@@ -163,7 +163,7 @@ def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start
 def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(pg, spark, tmp_path):
     """A batch of executor_min_bytes or more is only planned in the run: an executor reads each table's
     changes from the slot. Bronze gets the same rows, `_pos` and `_unchanged` included, and the same
-    TRUNCATE positions and newest commit as from the same batch read in the run, which holds no change."""
+    TRUNCATE positions and newest and oldest commits as from the same batch read in the run, which holds no change."""
     from ingest.adapters.postgres import PgParams, change_batch_writes
     from ingest.lake.bronze import BatchSummary
     from ingest.lake.deltalog import last_commit
@@ -201,15 +201,15 @@ def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(
                     rows = sorted((r.asDict() for r in spark.read.format("delta").load(path).collect()),
                                   key=lambda r: r["_pos"])
                     summary = BatchSummary.from_metadata(last_commit(path, kind="bronze").metadata["summary"])
-                    landed[how, table] = rows, summary.truncates, summary.newest_epoch
+                    landed[how, table] = rows, summary.truncates, summary.newest_epoch, summary.oldest_epoch
         finally:
             conn.execute("SELECT pg_drop_replication_slot('big_slot')")
 
     for table in ("public.big_a", "public.big_b"):
         assert landed["executors", table] == landed["run", table]
-    rows_a, _, _ = landed["run", "public.big_a"]
+    rows_a, *_ = landed["run", "public.big_a"]
     assert rows_a[-1]["id"] == 1 and rows_a[-1]["_unchanged"] == ["doc"] and rows_a[-1]["doc"] is None
-    rows_b, truncates, _ = landed["run", "public.big_b"]
+    rows_b, truncates, *_ = landed["run", "public.big_b"]
     assert len(truncates) == 1 and [r["_op"] for r in rows_b[-4:]] == ["delete", "insert", "truncate", "insert"]
     assert rows_a[0]["_pos"] == rows_b[0]["_pos"]  # the first change to each table in the transaction: place 1
 

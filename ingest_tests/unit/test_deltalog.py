@@ -84,7 +84,8 @@ def test_a_bronze_commit_carries_the_summary_silver_merges_by():
                ChangeRecord("orders", ChangeOp.UPDATE, 2**64 + 14, {"id": 2})]
     summary = summarize(records)
     # a naive commit time is UTC, as bronze's _ts; seconds floored, as Spark's unix_timestamp
-    assert summary == BatchSummary(3, (2**64 + 9,), int(at.replace(second=3, tzinfo=dt.timezone.utc).timestamp()))
+    utc = at.replace(tzinfo=dt.timezone.utc)
+    assert summary == BatchSummary(3, (2**64 + 9,), int(utc.replace(second=3).timestamp()), int(utc.timestamp()))
     meta = BronzeCommit("shop", "orders", "k1", {"end": "b"}, summary.to_metadata()).metadata()
     assert BatchSummary.from_metadata(json.loads(json.dumps(meta))["summary"]) == summary
     assert summarize([]) == BatchSummary(0, (), None)
@@ -103,6 +104,21 @@ def test_a_summary_planned_before_its_rows_were_counted_takes_the_count_from_its
     assert stored == planned
     assert stored.counted({"numOutputRows": "1002", "numFiles": "3"}) == BatchSummary(1000, planned.truncates,
                                                                                         1_795_000_000)
+    spanned = BatchSummary(None, (), 1_795_000_000, 1_794_999_950)
+    assert BatchSummary.from_metadata(json.loads(json.dumps(spanned.to_metadata()))) == spanned
+    assert spanned.counted({"numOutputRows": "4"}) == BatchSummary(4, (), 1_795_000_000, 1_794_999_950)
     assert stored.counted({}) is None
     known = BatchSummary(7, (), None)
     assert known.counted({"numOutputRows": "99"}) is known
+
+
+def test_silver_reports_the_lag_of_the_batch_change_that_waited_longest():
+    """A user who times a row from its commit to silver sees up to the oldest change's wait: that is
+    `lag_seconds`; the newest change's is `lag_seconds_newest`. A bronze commit of an earlier version
+    knows only the newest."""
+    from ingest.lake.silver import BronzeMerge
+
+    merged = BronzeMerge(None, 3, newest_epoch=1_000, oldest_epoch=990)
+    assert merged.lags(1_004.04) == {"lag_seconds": 14.0, "lag_seconds_newest": 4.0}
+    assert BronzeMerge(None, 3, 1_000, None).lags(1_004.0) == {"lag_seconds": 4.0, "lag_seconds_newest": 4.0}
+    assert BronzeMerge(None, 0, None, None).lags(1_004.0) == {}

@@ -132,6 +132,13 @@ class BatchResult:
     newest: dict[str, dt.datetime] = field(default_factory=dict)
     """The planning pass only: per table, when its newest change in the batch committed (from its
     table maps and TRUNCATEs): with `truncates`, what silver's merge asks of a batch it did not count."""
+    oldest: dict[str, dt.datetime] = field(default_factory=dict)
+    """The planning pass only: per table, when its oldest change in the batch committed."""
+
+    def committed(self, table: str, at: dt.datetime) -> None:
+        """The planning pass saw a change to `table` committed at `at`."""
+        self.newest[table] = max(self.newest.get(table, at), at)
+        self.oldest[table] = min(self.oldest.get(table, at), at)
 
     def skip(self, table: str, reason: str) -> None:
         """Leave a table out of the batch whole: none of its changes, so none is half-applied."""
@@ -140,6 +147,7 @@ class BatchResult:
         self.touched.discard(table)
         self.truncates.pop(table, None)
         self.newest.pop(table, None)
+        self.oldest.pop(table, None)
         self.skipped[table] = reason
 
 
@@ -256,7 +264,7 @@ def plan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
     for event in scan_batch(params, batch, tables, result, server_id, transactions):
         for r in event.records():  # TRUNCATE records (the slice that holds the statement writes them): noted only
             result.truncates.setdefault(r.table, []).append(int(r.pos))
-            result.newest[r.table] = max(result.newest.get(r.table, r.committed_at), r.committed_at)
+            result.committed(r.table, r.committed_at)
     return result, transactions
 
 
@@ -344,7 +352,7 @@ def scan_batch(params: ConnectionParams, batch: BatchRange, tables: Mapping[str,
                 labels_in_their_charset(event.columns)
                 if planning and event.schema == params.database and event.table in key_columns:
                     if decoder_for(event.table, event.columns) is not None:
-                        result.newest[event.table] = committed_at
+                        result.committed(event.table, committed_at)
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if event.schema != params.database or event.table not in key_columns:
                     continue

@@ -161,7 +161,7 @@ def read_change_batch(params: ConnectionParams, source: str, batch_key: str,
     # every table of ours, as a batch read here gives them: the untouched ones without changes
     changes = {t: TableChanges(result.records.get(t, []), columns_of(result.decoders.get(t, [])),
                                sliced=sliced and t in result.touched, truncates=tuple(result.truncates.get(t, ())),
-                               newest=result.newest.get(t))
+                               newest=result.newest.get(t), oldest=result.oldest.get(t))
                for t in tables if t not in skipped}
     return SourceBatch(batch_key, changes, positions, extra, skipped, [s.to_metadata() for s in slices])
 

@@ -135,6 +135,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     records: dict[str, list] = {}
     truncates: dict[str, list[int]] = {}
     newest_of: dict[str, dt.datetime] = {}
+    oldest_of: dict[str, dt.datetime] = {}
     # planning a batch that executors read: positions and commit times, not values (an INSERT's or a
     # DELETE's tuple is not even decoded)
     for record in change_records(in_batch(), wanted, contracts, keys_only=sliced):
@@ -146,12 +147,14 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
             truncates.setdefault(record.table, []).append(int(record.pos))
         if record.committed_at is not None:
             newest_of[record.table] = max(newest_of.get(record.table, record.committed_at), record.committed_at)
+            oldest_of[record.table] = min(oldest_of.get(record.table, record.committed_at), record.committed_at)
     columns: dict[str, dict[str, str]] = {}
     for relation in described.values():
         seen = columns.setdefault(table_name(relation), {})
         seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
     per_table = {name: TableChanges(kept, list(columns.get(name, {}).items()), sliced=sliced,
                                     truncates=tuple(truncates.get(name, ())), newest=newest_of.get(name),
+                                    oldest=oldest_of.get(name),
                                     unchanged=name in unchanged)
                  for name, kept in records.items()}
     positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": txns}
