@@ -36,7 +36,7 @@ class Source:
         from dagster import DagsterInstance
 
         from ingest.config import load_config
-        from ingest.defs.factory import build_source_defs
+        from ingest.defs.sources import build_source_defs
         from ingest.defs.io_managers import DeltaLakeIOManager
         from ingest.defs.resources import SparkResource
 

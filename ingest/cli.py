@@ -25,7 +25,7 @@ class UsageError(Exception):
 def select_tables(config, source: str | None, table: str | None) -> list[tuple[str, object, str]]:
     """(source name, source, table) for the selection; unknown names raise UsageError naming what exists."""
     from ingest.config import DynamoDBSource, PostgresSource
-    from ingest.defs.factory import resolve_tables
+    from ingest.defs.mysql import resolve_tables
 
     if source is not None and source not in config.sources:
         raise UsageError(f"unknown source {source!r}; {config.path} has: {', '.join(sorted(config.sources))}")
@@ -76,7 +76,7 @@ def backfill_targets(config, source: str, tables: list[str] | None) -> tuple[lis
     from ingest.config import DynamoDBSource
     from dagster import AssetKey
 
-    from ingest.defs.factory import table_key
+    from ingest.defs.assets import table_key
     from ingest.lake.tables import BATCH_LOG, CHANGES, SOURCE_BATCH_LOG
 
     selected = [t for _, _, t in select_tables(config, source, None)]
@@ -122,7 +122,7 @@ def backfill(args) -> int:
 
 def resnapshot(args) -> int:
     from ingest.config import load_config
-    from ingest.defs.factory import table_key
+    from ingest.defs.assets import table_key
     from ingest.webserver import RUN_DONE, Webserver
 
     ((name, _, table),) = select_tables(load_config(args.sources), args.source, args.table)
@@ -141,23 +141,30 @@ def resnapshot(args) -> int:
 def status(args) -> int:
     from ingest.config import MySQLSource, PostgresSource, load_config
     from ingest.lake.storage import spark_lake_root
-    from ingest.status import format_table, slot_position, source_position, table_status
+    from ingest.sources.mysql.positions import BinlogPosition
+    from ingest.sources.postgres.positions import Lsn
+    from ingest.status import binlog_view, committed, format_table, logged_ends, row, slot_view
 
     # the Delta logs are read as files (local or S3, see lake/deltalog.py): no Spark, an answer in seconds
     selected = select_tables(load_config(args.sources), args.source, args.table)
     lake = spark_lake_root(args.lake)
-    states = {name: (source_position(src) if isinstance(src, MySQLSource) else slot_position(name, src)
-                     if isinstance(src, PostgresSource) else "n/a (DynamoDB)")
-              for name, src, _ in selected}
-    rows = [table_status(lake, name, t, states[name], binlog=isinstance(src, MySQLSource),
-                         lsn=isinstance(src, PostgresSource)) for name, src, t in selected]
+    rows = []
+    for name in dict.fromkeys(name for name, _, _ in selected):
+        src = next(s for n, s, _ in selected if n == name)
+        parse = (BinlogPosition.from_metadata if isinstance(src, MySQLSource) else
+                 Lsn.from_metadata if isinstance(src, PostgresSource) else None)
+        logged = logged_ends(lake, name, parse) if parse else []
+        tables = [committed(lake, name, t, parse, logged) for n, _, t in selected if n == name]
+        view = (binlog_view(src, [t.end for t in tables if t.end is not None]) if isinstance(src, MySQLSource)
+                else slot_view(name, src) if isinstance(src, PostgresSource) else "n/a (DynamoDB)")
+        rows += [row(t, view) for t in tables]
     print(format_table(rows))
     return 0
 
 
 def check(args) -> int:
     from ingest.config import DynamoDBSource, PostgresSource, load_config
-    from ingest.defs.factory import resolve_tables
+    from ingest.defs.mysql import resolve_tables
     from ingest.sources.mysql.preflight import check_source, failed
 
     config = load_config(args.sources)
@@ -191,10 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the lake root (default: $INGEST_LAKE_ROOT or .local/lake)")
     commands = parser.add_subparsers(dest="command", required=True)
     st = commands.add_parser(
-        "status", help="per source and table: snapshot, last batch, committed position, lag, retention headroom",
+        "status", help="per source and table: snapshot, last batch, committed position, changes waiting, "
+                       "retention headroom",
         description="Per source and table: the latest snapshot, the last committed change batch and how long "
-                    "ago, the position committed through, when silver last merged, how far the source's "
-                    "binlog head is past it, and how many binlog files the server may purge before that "
+                    "ago, the position the lake has the table's changes through, when silver last merged, "
+                    "which tables the source has changes for after that position (and how many bytes of "
+                    "its log are not read yet), and how many binlog files the server may purge before that "
                     "position is lost. Read from the Delta log, not Dagster's event log.")
     st.add_argument("--source", help="only this source")
     st.add_argument("--table", help="only this table")

@@ -23,6 +23,7 @@ through Dagster's EnvVar when a connection is opened.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -38,6 +39,23 @@ NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 class ConfigError(ValueError):
     """A sources file that cannot be used; the message names the file, the key and the fix."""
+
+
+class MissingSecret(ConfigError):
+    """An environment variable the sources file names for a secret is not set."""
+
+    def __init__(self, env: str, message: str) -> None:
+        super().__init__(message)
+        self.env = env
+
+
+def secret(env: str, holds: str) -> str:
+    """The value of the environment variable `env`, which holds `holds` (for the error): the sources file
+    names secrets, the environment has them."""
+    value = os.environ.get(env)
+    if value is None:
+        raise MissingSecret(env, f"environment variable {env} is not set: it holds {holds}. Fix: export {env}=...")
+    return value
 
 
 class _Model(BaseModel):

@@ -54,7 +54,6 @@ def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTy
 class ScanSnapshotWrite:
     """A snapshot asset's output: scan `table` into the Delta table the IO manager names."""
 
-    REPORTS_TABLE_SIZE = True
 
     source: str
     table: str

@@ -210,7 +210,6 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
 class SnapshotWrite:
     """An asset's output: snapshot `schema` into the table the IO manager names."""
 
-    REPORTS_TABLE_SIZE = True
 
     source: str
     params: ConnectionParams

@@ -48,6 +48,15 @@ class PgParams:
                                dbname=self.database, connect_timeout=self.connect_timeout, autocommit=True,
                                options=session_options(), **settings)
 
+    @classmethod
+    def of(cls, source) -> PgParams:
+        """A PostgreSQL source of the sources file, its password from the variable the file names."""
+        from ingest.config import secret
+
+        return cls(source.host, source.port, source.user,
+                   secret(source.password_env, f"the password of {source.user}@{source.host}"), source.database,
+                   source.connect_timeout)
+
     def libpq(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password,
                 "dbname": self.database, "connect_timeout": self.connect_timeout}
@@ -224,7 +233,6 @@ class PgSnapshotWrite:
     """An asset's output: snapshot `table` (schema.table) of a PostgreSQL source into the table the IO
     manager names."""
 
-    REPORTS_TABLE_SIZE = True
 
     source: str
     params: PgParams

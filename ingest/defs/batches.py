@@ -2,7 +2,7 @@
 log asset of a DynamoDB table.
 
 A batch is recorded as complete in its batch log (ingest/lake/batchlog.py) after
-its bronze and silver commits: by the MySQL batch step itself (defs/factory.py),
+its bronze and silver commits: by the batch step itself (`change_batch_asset`, MySQL and PostgreSQL),
 or for a DynamoDB table by a batch log asset that runs after its silver step.
 Sensors start the next batch only after the last one is logged, and re-run it
 otherwise (the decision is ingest/batches.py).
@@ -12,16 +12,24 @@ otherwise (the decision is ingest/batches.py).
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dagster import (
     AssetCheckExecutionContext, AssetCheckKey, AssetCheckResult, AssetChecksDefinition,
-    AssetDep, AssetExecutionContext, AssetKey, AssetObservation, AssetsDefinition, BackfillPolicy,
-    DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter, asset, asset_check,
+    AssetDep, AssetExecutionContext, AssetKey, AssetObservation, AssetOut, AssetsDefinition, BackfillPolicy,
+    DagsterEventType, DagsterRunStatus, DynamicPartitionsDefinition, Output, RunRequest, RunsFilter, asset,
+    asset_check, multi_asset,
 )
 
 from ingest.batches import FailedRun, RetryDecision, decide_retry
-from ingest.lake.tables import CHANGES, HISTORY, InOrder
+from ingest.defs.assets import history_description, needs_snapshot_merge, table_key
+from ingest.lake.batchlog import BatchLogWrite
+from ingest.lake.bronze import ChangeBatch
+from ingest.lake.deltalog import last_commit
+from ingest.lake.history import HistoryFromBatch
+from ingest.lake.silver import SilverFromBatch
+from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 
 SOURCE_TAG = "ingest/source"
 ATTEMPT_TAG = "ingest/attempt"
@@ -65,9 +73,6 @@ def batch_log_asset(key: AssetKey, source: str, scope: str | None, tables: Seque
 def complete_batch(lake, source: str, scope: str | None, tables: Sequence[str], batch: str,
                    table_key: Callable[..., AssetKey], history: Sequence[str] = ()):
     """The batch log write for `batch`, after checking in the Delta logs that every step committed."""
-    from ingest.lake.batchlog import BatchLogWrite
-    from ingest.lake.deltalog import last_commit
-
     positions, changed, missing = None, {}, []
     for t in tables:
         bronze = last_commit(lake.path_for(table_key(source, t, CHANGES)), kind="bronze", batch=batch)
@@ -209,3 +214,188 @@ def give_up_events(instance, decision: RetryDecision, tags: dict[str, str], batc
     return [AssetObservation(asset_key=log_key, partition=batch,
                              metadata={"stopped": True, "batch": batch, "reason": decision.message})]
 
+
+
+def batches_partitions(name: str) -> DynamicPartitionsDefinition:
+    """One partition per change batch; its key names the binlog range (see BatchRange)."""
+    return DynamicPartitionsDefinition(name=f"{name}_batches")
+
+
+@dataclass(frozen=True)
+class BatchAssetText:
+    """How one source kind's change-batch assets describe themselves in the UI."""
+
+    kind: str
+    """The source's kind tag ("mysql", "postgres")."""
+    what: Callable[[str], str]
+    """A table as the source names it, for descriptions: "`db.table`"."""
+    bronze: str
+    """What a bronze row holds, after "one append per batch that changed it, "."""
+    step: str
+    """The batch step's description."""
+
+
+def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[str], bool],
+                       table_metadata: Callable[[str], dict], partitions: DynamicPartitionsDefinition,
+                       read: Callable[[AssetExecutionContext, str], ChangeBatch], text: BatchAssetText,
+                       log_extra: Callable[[ChangeBatch], dict],
+                       deletion_vectors: Callable[[str], bool]) -> AssetsDefinition:
+    """One step per change batch, for any source kind: `read` the source once, append bronze and merge
+    silver for the tables the batch changed (and only those), then record the batch in the source's
+    batch log. A table without changes gets no commit and no step: a batch costs what its changes cost,
+    not the number of tables (a silver step that merges nothing took 8-18 s per table)."""
+    log_key = AssetKey([name, SOURCE_BATCH_LOG])
+    bronze_out = {t: f"{asset_part(t)}__changes" for t in tables}
+    silver_out = {t: asset_part(t) for t in tables}
+    history_out = {t: f"{asset_part(t)}__history" for t in tables if keeps_history(t)}
+    outs = {"batch_log": AssetOut(
+        key=log_key, io_manager_key="lake", kinds={"delta"}, is_required=False,
+        description="Batch log: one row per complete change batch (its range, the tables it changed and their "
+                    "change counts), committed last. The sensor starts the next batch where the newest ended, and "
+                    "runs a batch that is not logged again before any later one.",
+        metadata={"lake/layer": "batch_log", "source": name})}
+    for t in tables:
+        outs[bronze_out[t]] = AssetOut(
+            key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={text.kind, "delta"}, is_required=False,
+            description=f"Change log (bronze) of {text.what(t)}: one append per batch that changed it, {text.bronze}",
+            metadata={"lake/layer": "bronze", "source": name, "table": t, **table_metadata(t)})
+        outs[silver_out[t]] = AssetOut(
+            key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
+            description=(f"Current state of {text.what(t)}: the latest snapshot, then each change batch "
+                         "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
+                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
+            metadata={"lake/layer": "silver", "source": name, "table": t, **table_metadata(t)})
+        if t in history_out:
+            outs[history_out[t]] = history_out_def(name, t, text.what(t), table_metadata(t))
+
+    @multi_asset(
+        name=f"{name}_batch",
+        outs=outs,
+        partitions_def=partitions,
+        backfill_policy=BackfillPolicy.single_run(),
+        can_subset=True,
+        deps=[table_key(name, t, "snapshot") for t in tables],
+        internal_asset_deps={
+            **{bronze_out[t]: set() for t in tables},
+            **{silver_out[t]: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t in tables},
+            **{out: {table_key(name, t, CHANGES), table_key(name, t, "snapshot")} for t, out in history_out.items()},
+            # The batch log is committed after the batch's silver merges, but it names no table as its
+            # upstream: Dagster looks up the last materialization of each upstream asset one query at a
+            # time when it records an output (data versions), which cost 0.7 s per batch on a source of
+            # 100 tables, whatever the batch changed.
+            "batch_log": set(),
+        },
+        required_resource_keys={"lake"},
+        group_name=name,
+        description=text.step,
+    )
+    def _batch(context: AssetExecutionContext):
+        record_worker(context)
+        lake = context.resources.lake
+        selected = context.op_execution_context.selected_output_names
+        reads = any(bronze_out[t] in selected for t in tables)
+
+        def layers(t: str) -> set[str]:
+            return {bronze_out[t], silver_out[t], *([history_out[t]] if t in history_out else [])}
+
+        # a backfill asks for every selected table: the ones a batch did not change are reported unchanged
+        report_unchanged = "dagster/backfill" in context.run.tags
+
+        def steps(batch: str):
+            """(output name, asset key, write) of one batch, in commit order: bronze, silver, batch log.
+            A batch its run decoded itself (no table read by executors) commits with small-batch settings:
+            the writes happen while this generator waits at its yields."""
+            from contextlib import nullcontext
+
+            from ingest.lake.write import small_batch_settings
+
+            settings = nullcontext()
+            if reads:
+                writes = read(context, batch)
+                if all(w.frame is None for w in writes.values()):
+                    settings = small_batch_settings(lake.spark.session)
+            with settings:
+                yield from batch_steps(batch, writes if reads else None)
+
+        def batch_steps(batch: str, writes):
+            skipped = {}
+            if reads:
+                changed = {t: w for t, w in writes.items() if w.changed}
+                skipped = writes.skipped
+                if "batch_log" in selected:
+                    unnamed = sorted(t for t in changed if not layers(t) <= selected)
+                    if unnamed:  # logging the batch would lose their changes: fail before any write
+                        raise BatchSelectionMissed(
+                            f"batch {batch} of source {name} changed {', '.join(unnamed)}, which this run does "
+                            "not name (the sensor names the tables the server says a batch touches). Nothing "
+                            "was written; the sensor runs the batch again naming every table")
+                for t, reason in skipped.items():
+                    context.log.warning(f"batch {batch}: table {t} left out: {reason}")
+                    quarantined.extend(AssetObservation(asset_key=key, partition=batch, metadata={
+                        "quarantined": reason, "batch": batch}) for key in (table_key(name, t, CHANGES),
+                                                                            table_key(name, t)))
+            else:  # silver alone (rebuilt from the lake): the batch's bronze commits say what it changed
+                changed = {t: None for t in tables
+                           if last_commit(lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch)}
+            for t in tables:
+                if bronze_out[t] in selected and changed.get(t) is not None:
+                    yield bronze_out[t], table_key(name, t, CHANGES), changed[t]
+                elif bronze_out[t] in selected and report_unchanged:
+                    yield bronze_out[t], table_key(name, t, CHANGES), Unchanged(batch)
+            for t in tables:
+                if silver_out[t] not in selected:
+                    continue
+                # a table the batch did not change still merges its snapshot once it has a new one
+                if t in changed or needs_snapshot_merge(lake, name, t):
+                    yield silver_out[t], table_key(name, t), SilverFromBatch(
+                        name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
+                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))),
+                        batch_required=t in changed, deletion_vectors=deletion_vectors(t))
+                elif report_unchanged:
+                    yield silver_out[t], table_key(name, t), Unchanged(batch)
+            for t, out in history_out.items():
+                if out not in selected:
+                    continue
+                if t in changed or needs_snapshot_merge(lake, name, t, HISTORY):
+                    yield out, table_key(name, t, HISTORY), HistoryFromBatch(
+                        name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
+                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))))
+                elif report_unchanged:
+                    yield out, table_key(name, t, HISTORY), Unchanged(batch)
+            if reads and "batch_log" in selected:
+                yield "batch_log", log_key, BatchLogWrite(
+                    name, None, batch, writes.positions["start"], writes.positions["end"],
+                    change_counts(lake, name, batch, changed), extra=log_extra(writes), skipped=skipped)
+
+        # A partition range (one run under the single-run backfill policy) commits each batch before
+        # reading the next, so memory holds one batch; the last one goes out through the outputs.
+        quarantined: list[AssetObservation] = []
+        *earlier, last = sorted(context.partition_keys)
+        for batch in earlier:
+            for _, key, write in steps(batch):
+                lake.write(key, write, context.log.info)
+        for output, _, write in steps(last):
+            yield from quarantined
+            quarantined.clear()
+            yield Output(write, output_name=output, metadata={"batches": len(earlier) + 1})
+        yield from quarantined
+
+    return _batch
+
+
+class BatchSelectionMissed(RuntimeError):
+    """A batch run that would log the batch does not name every table the batch changed."""
+
+
+def change_counts(lake, name: str, batch: str, changed: dict) -> dict[str, int]:
+    """Changes per table of a batch whose bronze appends are committed: counted in the driver, or for
+    changes read by executors, from their bronze commit."""
+    return {t: len(w.records) if w.frame is None else int(last_commit(
+        lake.path_for(table_key(name, t, CHANGES)), kind="bronze", batch=batch).metrics.get("numOutputRows", 0))
+        for t, w in changed.items()}
+
+
+def history_out_def(name: str, table: str, what: str, metadata: dict) -> AssetOut:
+    return AssetOut(key=table_key(name, table, HISTORY), io_manager_key="lake", kinds={"delta", "spark"},
+                    is_required=False, description=history_description(what),
+                    metadata={"lake/layer": "history", "source": name, "table": table, **metadata})

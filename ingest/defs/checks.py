@@ -96,7 +96,7 @@ def per_table_check(source: str, check: str, keys: Mapping[str, AssetKey], descr
 
 
 def batch_checks(name: str, source, tables: Sequence[str]) -> list[AssetChecksDefinition]:
-    from ingest.defs.factory import table_key
+    from ingest.defs.assets import table_key
 
     mysql = not isinstance(source, DynamoDBSource)
 
@@ -124,7 +124,7 @@ def batch_checks(name: str, source, tables: Sequence[str]) -> list[AssetChecksDe
         from ingest.status import source_position
 
         lake = context.resources.lake
-        end = committed_end(lake.spark.session, lake, name, table)
+        end = committed_end(lake, name, table)
         state = source_position(source)
         if isinstance(state, str) or end is None:
             return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
@@ -154,7 +154,7 @@ def batch_checks(name: str, source, tables: Sequence[str]) -> list[AssetChecksDe
 def recorded_end(spark, lake, name: str, table: str, snapshot_key: str):
     """Where the table's changes are committed through, as recorded: the newest bronze batch's end, else
     the snapshot's `snapshot_key` (MySQL: log_start; DynamoDB: stream_positions); None before either."""
-    from ingest.defs.factory import table_key
+    from ingest.defs.assets import table_key
     from ingest.lake.deltalog import last_commit
 
     bronze = last_commit(lake.path_for(table_key(name, table, CHANGES)), kind="bronze")
@@ -164,12 +164,14 @@ def recorded_end(spark, lake, name: str, table: str, snapshot_key: str):
     return snap.metadata.get(snapshot_key) if snap else None
 
 
-def committed_end(spark, lake, name: str, table: str):
-    """The binlog position a MySQL table's changes are committed through."""
+def committed_end(lake, name: str, table: str):
+    """The binlog position a MySQL table's changes are in the lake through: its own newest end, or the
+    source's batch log's (status.covered_through)."""
     from ingest.sources.mysql.positions import BinlogPosition
+    from ingest.status import committed, logged_ends
 
-    recorded = recorded_end(spark, lake, name, table, "log_start")
-    return BinlogPosition.from_metadata(recorded) if recorded else None
+    parse = BinlogPosition.from_metadata
+    return committed(lake.lake_root, name, table, parse, logged_ends(lake.lake_root, name, parse)).end
 
 
 def source_is_ahead(name: str, source, table: str, spark, lake) -> bool:
@@ -183,8 +185,6 @@ def source_is_ahead(name: str, source, table: str, spark, lake) -> bool:
         if recorded is None:
             return True
         return has_new_records(client_settings(source).streams(), name, table, StreamCheckpoint.from_metadata(recorded))
-    from ingest.status import source_position
+    from ingest.status import source_is_ahead as binlog_ahead
 
-    end = committed_end(spark, lake, name, table)
-    state = source_position(source)
-    return end is None or isinstance(state, str) or state[0] > end
+    return binlog_ahead(source, committed_end(lake, name, table), table)

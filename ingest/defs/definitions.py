@@ -18,7 +18,8 @@ from pathlib import Path
 from dagster import Definitions, in_process_executor, load_assets_from_modules
 
 from ingest.config import ConfigError, load_config
-from ingest.defs.factory import RECONCILIATION, build_resources, build_source_defs
+from ingest.defs.assets import RECONCILIATION
+from ingest.defs.sources import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.maintenance import maintenance_defs, reconcile_defs
 from ingest.defs.resources import SparkResource, lake_lock_resource, lake_s3_resource

@@ -13,7 +13,7 @@ from ingest.defs.batches import (
     LOOK_BACK, SOURCE_TAG, batch_log_asset, batch_request, check_key, contiguity_check, fail_dead_runs,
     give_up_events, incomplete_batch, record_worker,
 )
-from ingest.defs.factory import history_asset, latest_metadata, silver_asset
+from ingest.defs.assets import RECONCILIATION, history_asset, latest_metadata, silver_asset
 from ingest.defs.sensors import ACTIVE_STATUSES
 from ingest.lake.tables import BATCH_LOG, CHANGES, HISTORY, InOrder
 from ingest.adapters.dynamodb import ScanSnapshotWrite, StreamBatchWrite
@@ -168,7 +168,6 @@ def reconciliation_checks(name: str, source: DynamoDBSource) -> AssetChecksDefin
     from dagster import AssetCheckExecutionContext, AssetCheckResult
 
     from ingest.defs.checks import per_table_check, reconciliation_result
-    from ingest.defs.factory import RECONCILIATION
 
     def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.adapters.dynamodb import reconcile

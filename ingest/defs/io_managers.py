@@ -33,18 +33,21 @@ def to_dagster_metadata(meta: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+FIGURES = ("rows", "rows_per_second", "seconds", "lag_seconds", "bytes_written", "table_bytes", "table_files")
+"""What every materialization of a lake table carries (the README's "What the UI plots")."""
 MERGE_FIGURES = {"numTargetRowsInserted": "rows_inserted", "numTargetRowsUpdated": "rows_updated"}
 """A MERGE's own operation metrics, reported by the silver and history merges of every batch."""
 
 
-def write_figures(spark, path: str, meta: dict[str, Any], seconds: float, table_size: bool) -> dict[str, Any]:
+def write_figures(spark, path: str, meta: dict[str, Any], seconds: float) -> dict[str, Any]:
     """Numbers for every materialization: how long, rows per second, bytes this write added (Delta's
     own operation metrics; a MERGE's rows inserted and updated too), lag_seconds (0 when the write does
-    not say: a snapshot is not behind anything yet), and with `table_size` the table's bytes and files.
+    not say: a snapshot is not behind anything yet), and the table's bytes and files.
 
-    Only the commit's metrics are read for a change batch's writes: the table's size takes a DESCRIBE
-    DETAIL (0.4-0.5 s each here), a cost that would follow the table, not the changes."""
-    from ingest.lake.deltalog import commits, is_delta_table
+    All of it comes from the Delta log: the commit's metrics and the checksum file Delta writes with
+    it. Only a version without a checksum takes a DESCRIBE DETAIL (0.4-0.5 s here), a cost that would
+    follow the table, not the changes."""
+    from ingest.lake.deltalog import commits, is_delta_table, table_size
     from ingest.lake.merge import delta_path
 
     figures: dict[str, Any] = {"seconds": round(seconds, 3), "lag_seconds": meta.get("lag_seconds", 0.0)}
@@ -56,9 +59,11 @@ def write_figures(spark, path: str, meta: dict[str, Any], seconds: float, table_
     figures.update({"rows": rows, "rows_per_second": round(rows / max(seconds, 1e-9), 1),
                     "bytes_written": int(metrics.get("numOutputBytes", metrics.get("numTargetBytesAdded", 0))),
                     **{name: int(metrics[m]) for m, name in MERGE_FIGURES.items() if m in metrics}})
-    if table_size:
+    size = table_size(path)
+    if size is None:
         detail = spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").select("sizeInBytes", "numFiles").first()
-        figures.update({"table_bytes": int(detail["sizeInBytes"]), "table_files": int(detail["numFiles"])})
+        size = int(detail["sizeInBytes"]), int(detail["numFiles"])
+    figures.update({"table_bytes": size[0], "table_files": size[1]})
     return figures
 
 
@@ -93,8 +98,7 @@ class DeltaLakeIOManager(ConfigurableIOManager):
         small = small_batch_settings(spark) if getattr(obj, "small_batches", False) else nullcontext()
         with self.write_lock(path), naming_a_lost_server(self.spark.spark_config.get("spark.remote")), small:
             meta = retry_conflicts(lambda: obj.apply(spark, path, log), key.to_user_string())
-        figures = write_figures(spark, path, meta, time.monotonic() - started,
-                                table_size=getattr(obj, "REPORTS_TABLE_SIZE", False))
+        figures = write_figures(spark, path, meta, time.monotonic() - started)
         return {**meta, **figures, "table_uri": path}
 
     @contextmanager

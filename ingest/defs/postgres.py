@@ -10,9 +10,12 @@ from dagster import (
     DynamicPartitionsDefinition, SensorDefinition, SensorEvaluationContext, SensorResult, SkipReason, asset, sensor,
 )
 
-from ingest.config import ConfigError, PostgresSource
-from ingest.defs.batches import SOURCE_TAG, batch_request, check_key
-from ingest.defs.factory import BatchAssetText, change_batch_asset, table_key
+from ingest.adapters.postgres import PgParams
+from ingest.config import ConfigError, MissingSecret, PostgresSource
+from ingest.defs.assets import RECONCILIATION, table_key
+from ingest.defs.batches import (
+    SOURCE_TAG, BatchAssetText, batch_request, batches_partitions, change_batch_asset, check_key, contiguity_check,
+)
 from ingest.lake.tables import SOURCE_BATCH_LOG, source_batch_log_location
 
 KINDS = {"postgres", "delta", "spark"}
@@ -22,28 +25,17 @@ EMPTY_BATCH_BYTES = 64 * 1024 * 1024
 release it (a batch with no changes costs a batch-log row)."""
 
 
-def pg_params(source: PostgresSource):
-    from dagster import EnvVar
-
-    from ingest.adapters.postgres import PgParams
-    from ingest.sources.postgres.cdc import SlotLost
-
-    password = EnvVar(source.password_env).get_value()
-    if password is None:
-        raise SlotLost(f"environment variable {source.password_env} is not set: it holds the password of "
-                       f"{source.user}@{source.host}. Fix: export {source.password_env}=...")
-    return PgParams(source.host, source.port, source.user, password, source.database, source.connect_timeout)
-
-
 def check_postgres(name: str, source: PostgresSource):
     """The preflight's findings for the source (`ingest check`, and the sensor before the first batch)."""
     from ingest.sources.findings import FAIL, Finding
     from ingest.sources.postgres.preflight import findings, gather
 
     try:
-        with pg_params(source).connect() as conn:
+        with PgParams.of(source).connect() as conn:
             return findings(name, source.publication, *gather(conn, source.publication,
                                                               [source.qualified(t) for t in source.tables.include]))
+    except MissingSecret as exc:  # its own fix, not the connection's
+        return [Finding(FAIL, f"source {name}", str(exc))]
     except Exception as exc:  # noqa: BLE001 - any failure to connect is the finding
         return [Finding(FAIL, f"source {name}", f"cannot connect to {source.host}:{source.port} as {source.user}: "
                         f"{str(exc).strip()}. Fix: start the server, or correct host, port, user and "
@@ -64,7 +56,7 @@ def snapshot_asset(name: str, source: PostgresSource, table: str) -> AssetsDefin
     def _snapshot(context: AssetExecutionContext):
         from ingest.adapters.postgres import PgSnapshotWrite
 
-        return PgSnapshotWrite(name, pg_params(source), source.slot_name(name), source.qualified(table),
+        return PgSnapshotWrite(name, PgParams.of(source), source.slot_name(name), source.qualified(table),
                                settings.chunk_size, settings.parallelism, settings.chunks_per_commit)
 
     return _snapshot
@@ -80,7 +72,7 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
         from ingest.sources.postgres.cdc import read_change_batch
         from ingest.sources.postgres.positions import LsnRange
 
-        params, slot = pg_params(source), source.slot_name(name)
+        params, slot = PgParams.of(source), source.slot_name(name)
         with params.connect() as conn:  # a large batch is only planned here: executors read its changes
             got = read_change_batch(conn, name, slot, source.publication, LsnRange.from_key(batch),
                                     [source.qualified(t) for t in tables], source.cdc.executor_min_bytes)
@@ -153,7 +145,7 @@ def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions
                          if k not in complete and LsnRange.from_key(k).start == start)
         if pending:
             return run_incomplete(context, name, pending[0], source.cdc, tags, batch_assets, log_key)
-        with pg_params(source).connect() as conn:
+        with PgParams.of(source).connect() as conn:
             if last_end is not None:
                 confirm(conn, name, slot, last_end)  # the lake logged everything before it
             state = slot_state(conn, name, slot)
@@ -184,7 +176,7 @@ def wal_head(source: PostgresSource):
     """The server's WAL head alone: what a watching sensor asks a few times a second."""
     from ingest.sources.postgres.positions import Lsn
 
-    with pg_params(source).connect() as conn, conn.cursor() as cur:
+    with PgParams.of(source).connect() as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_current_wal_lsn()::text")
         return Lsn.parse(cur.fetchone()[0])
 
@@ -202,7 +194,7 @@ def headroom_check(name: str, source: PostgresSource, log_key: AssetKey):
         from ingest.defs.checks import _result
         from ingest.sources.postgres.cdc import slot_row
 
-        with pg_params(source).connect() as conn:
+        with PgParams.of(source).connect() as conn:
             row = slot_row(conn, slot)
         if row is None:
             return _result(slot_headroom(slot, None, 0, None))
@@ -233,7 +225,7 @@ def freshness_checks(name: str, source: PostgresSource, tables: list[str], lake_
         merged = last_commit(context.resources.lake.path_for(table_key(name, table)), kind="silver")
         since = (dt.datetime.now() - merged.timestamp).total_seconds() if merged else None  # Delta: local, naive
         end = logged(source_batch_log_location(lake_root, name), Lsn.from_metadata).end
-        with pg_params(source).connect() as conn:
+        with PgParams.of(source).connect() as conn:
             if end is not None:
                 confirm(conn, name, slot, end)  # as the sensor does: the slot then holds only what the log lacks
             ahead = end is None or has_changes(conn, slot, source.publication, slot_state(conn, name, slot).head)
@@ -249,14 +241,13 @@ def reconciliation_checks(name: str, source: PostgresSource, tables: list[str]):
     from dagster import AssetCheckExecutionContext, AssetCheckResult
 
     from ingest.defs.checks import per_table_check, reconciliation_result
-    from ingest.defs.factory import RECONCILIATION
 
     def reconcile_table(context: AssetCheckExecutionContext, table: str) -> AssetCheckResult:
         from ingest.adapters.postgres import reconcile
 
         settings = source.snapshot_settings(table)
         lake = context.resources.lake
-        result = reconcile(lake.spark.session, pg_params(source), source.slot_name(name), source.publication,
+        result = reconcile(lake.spark.session, PgParams.of(source), source.slot_name(name), source.publication,
                            source.qualified(table), lake.path_for(table_key(name, table)),
                            chunk_size=settings.chunk_size, parallelism=settings.parallelism)
         return reconciliation_result(context, result)
@@ -270,9 +261,7 @@ def reconciliation_checks(name: str, source: PostgresSource, tables: list[str]):
 
 def build_postgres_defs(name: str, source: PostgresSource, lake_root: str):
     """The source's assets, its sensor and the batch log's contiguity check."""
-    from ingest.defs.batches import contiguity_check
     from ingest.defs.checks import compare_binlog as compare
-    from ingest.defs.factory import batches_partitions
     from ingest.sources.postgres.positions import Lsn
 
     if not source.tables.is_static():

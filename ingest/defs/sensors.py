@@ -19,7 +19,7 @@ from ingest.defs.batches import (
     FAILED_STATUSES, LOOK_BACK, SOURCE_TAG, batch_request, check_key, fail_dead_runs, give_up_events,
     incomplete_batch, run_error,
 )
-from ingest.defs.factory import latest_metadata_of, table_key
+from ingest.defs.assets import latest_metadata_of, table_key
 from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, source_batch_log_location
 from ingest.sources.mysql.cdc import plan_next_batch, source_state
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
@@ -109,7 +109,7 @@ def snapshot_runs(instance, name: str, tables: list[str]) -> tuple[set[str], dic
     of several snapshots counts against the ones it did not land only)."""
     from dagster import AssetRecordsFilter
 
-    from ingest.defs.factory import latest_materialization
+    from ingest.defs.assets import latest_materialization
 
     running: set[str] = set()
     failures: dict[str, list[FailedRun]] = {}

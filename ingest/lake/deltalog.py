@@ -157,6 +157,20 @@ def head_commit(table_path: str, client: Any = None) -> tuple[int, dict[str, str
     return newest, {}
 
 
+def table_size(table_path: str, client: Any = None) -> tuple[int, int] | None:
+    """(bytes, files) of the table's newest version, from the checksum file Delta writes with each commit
+    (`<version>.crc`): no scan of the log or the table. None when there is no table, or its newest
+    version has no checksum (a writer that does not write one)."""
+    store = log_store(table_path, client)
+    newest = store.newest_version()
+    data = None if newest is None else store.read(f"{newest:020d}.crc")
+    try:
+        checksum = json.loads(data) if data else None
+        return (int(checksum["tableSizeBytes"]), int(checksum["numFiles"])) if checksum else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def is_delta_table(table_path: str, client: Any = None) -> bool:
     return log_store(table_path, client).newest_version() is not None
 

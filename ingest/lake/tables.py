@@ -100,8 +100,8 @@ class LakeTable:
 class LakeWrite(Protocol):
     """What an asset returns: a write the IO manager applies to the asset's table.
 
-    `apply` must be safe to repeat and returns the metadata of what it did. A write whose class sets
-    `REPORTS_TABLE_SIZE` (snapshots) also gets the table's bytes and files in its metadata.
+    `apply` must be safe to repeat and returns the metadata of what it did (the IO manager adds the
+    figures every materialization carries: defs/io_managers.py `write_figures`).
     """
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]: ...

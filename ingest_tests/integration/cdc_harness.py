@@ -10,7 +10,7 @@ import yaml
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
 from ingest.config import load_config
-from ingest.defs.factory import build_source_defs
+from ingest.defs.sources import build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.lake.merge import live_rows
@@ -183,7 +183,7 @@ def add_partitions(env: dict[str, str], partitions_name: str, keys: list[str]) -
 
 
 def latest_metadata_in(env: dict[str, str], key: AssetKey) -> dict:
-    from ingest.defs.factory import latest_metadata
+    from ingest.defs.assets import latest_metadata
 
     with instance_at(env) as instance:
         return latest_metadata(instance, key)

@@ -14,7 +14,7 @@ from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_contex
 
 from ingest.config import load_config
 from ingest_tests.integration.cdc_harness import HARNESS_CDC
-from ingest.defs.factory import build_resources, build_source_defs
+from ingest.defs.sources import build_resources, build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.lake.merge import live_rows

@@ -4,7 +4,7 @@ import yaml
 from dagster import materialize
 
 from ingest.config import load_config
-from ingest.defs.factory import build_assets
+from ingest.defs.sources import build_assets
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 

@@ -4,7 +4,7 @@ import time
 
 from dagster import AssetKey, DagsterInstance
 
-from ingest.defs.factory import latest_metadata
+from ingest.defs.assets import latest_metadata
 from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 

@@ -72,11 +72,15 @@ def test_sensor_waits_for_snapshots_then_batches_keep_silver_in_sync(harness, ro
     assert_in_sync(h, root)
 
 
-def test_batch_metadata_mirrors_the_committed_positions(harness, root):
-    """...and silver's lag is the wait of the batch's oldest change, the newest's beside it."""
+def test_batch_metadata_mirrors_the_committed_positions_and_carries_every_promised_figure(harness, root):
+    """...silver's lag is the wait of the batch's oldest change, the newest's beside it; and every
+    materialization (snapshot, bronze, silver, batch log) has the figures the README promises."""
     import time
+    from pathlib import Path
 
     from dagster import AssetKey, AssetRecordsFilter
+
+    from ingest.defs.io_managers import FIGURES
 
     from ingest.lake.deltalog import last_commit
     from ingest.lake.tables import table_location
@@ -104,6 +108,16 @@ def test_batch_metadata_mirrors_the_committed_positions(harness, root):
     committed = last_commit(table_location(str(h.lake), "src", "acct", "bronze"), batch=key)
     assert committed.metadata["end"] == meta["end"].value and committed.metadata["start"] == meta["start"].value
     assert meta["retention_headroom_files"].value >= 0
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert all(f"`{name}`" in readme for name in FIGURES)
+    for asset in ("acct/snapshot", "entry/snapshot", "acct/changes", "acct", "_batch_log"):
+        found = h.instance.fetch_materializations(AssetKey(["src", *asset.split("/")]), limit=100).records
+        assert found, asset
+        for record in found:
+            missing = set(FIGURES) - set(record.asset_materialization.metadata)
+            assert not missing, (asset, record.asset_materialization.partition, missing)
+        assert found[0].asset_materialization.metadata["table_files"].value >= 1
 
 
 def test_snapshot_under_concurrent_writes_then_cdc_equals_the_source(spark, mariadb, database, root, tmp_path):

@@ -74,7 +74,7 @@ def test_racing_and_stale_batch_runs_apply_each_change_once_and_never_move_the_p
     from dagster import AssetKey, SensorResult, build_sensor_context
 
     from ingest.config import load_config
-    from ingest.defs.factory import build_source_defs
+    from ingest.defs.sources import build_source_defs
     from ingest.sources.mysql.positions import BatchRange, BinlogPosition
     from ingest_tests.integration.cdc_harness import add_partitions, instance_at, latest_metadata_in
 

@@ -8,7 +8,7 @@ import pytest
 from dagster import AssetKey, instance_for_test
 
 from ingest.config import ConfigError, load_config
-from ingest.defs.factory import build_source_defs
+from ingest.defs.sources import build_source_defs
 from ingest.lake.tables import table_location
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 

@@ -58,11 +58,18 @@ def test_snapshots_then_sensor_batches_land_the_tables_and_confirm_the_slot_afte
     from ingest.cli import main
     from ingest.sources.postgres.positions import LsnRange
 
+    with pg.connect() as conn:  # not synced: the slot has a change for orders, none for customers
+        conn.execute("UPDATE orders SET note = 'waiting' WHERE id = 8")
     assert main(["--sources", str(harness.sources), "--lake", str(harness.lake), "status", "--source", "pgshop"]) == 0
     out = capsys.readouterr().out
     orders = next(line for line in out.splitlines() if line.startswith("pgshop  orders"))
+    customers = next(line for line in out.splitlines() if line.startswith("pgshop  customers"))
     assert f"{first} (" in orders and str(LsnRange.from_key(first).end) in orders  # committed through the batch
-    assert "bytes of WAL" in orders and "slot pgshop_slot keeps" in orders
+    assert "yes: " in orders and " bytes of WAL not read yet" in orders and "slot pgshop_slot keeps" in orders
+    # no batch changed customers: in the lake through the batch log's end, nothing waiting
+    assert str(LsnRange.from_key(first).end) in customers and "  none  " in customers
+    first = harness.sync()  # the waiting change lands: the newest logged batch from here on
+    assert first is not None
     assert harness.live("orders", ["id", "note", "doc", "total"]) == table(pg, "orders", "id, note, doc, total")
     assert harness.live("customers", ["id", "name"]) == table(pg, "customers", "id, name")  # no batch change: its snapshot
     from ingest.lake.tables import table_location

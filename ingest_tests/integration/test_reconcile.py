@@ -3,7 +3,7 @@
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, DefaultScheduleStatus, Definitions
 
 from ingest.config import ReconcileSettings
-from ingest.defs.factory import RECONCILIATION
+from ingest.defs.assets import RECONCILIATION
 from ingest.defs.maintenance import RECONCILE_JOB, reconcile_defs
 from ingest.lake.merge import delta_path
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources

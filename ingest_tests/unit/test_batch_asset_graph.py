@@ -3,7 +3,7 @@
 from dagster import AssetKey, Definitions
 
 from ingest.config import parse_config
-from ingest.defs.factory import build_source_defs
+from ingest.defs.sources import build_source_defs
 from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 

@@ -204,3 +204,19 @@ def test_a_vacuum_retention_shorter_than_a_batch_run_may_last_is_refused(tmp_pat
         load_config(write(tmp_path, raw))
     raw["maintenance"]["vacuum_retain_hours"] = 3
     assert load_config(write(tmp_path, raw)).maintenance.vacuum_retain_hours == 3
+
+
+def test_every_key_of_the_sources_file_is_documented_and_every_documented_key_exists():
+    """docs/configuration.md lists each key of the config model (type, default, meaning): a key added to
+    the model and not documented, or documented and since gone, fails here."""
+    from pathlib import Path
+
+    from ingest.config_reference import documented, keys
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    model = {k.path for k in keys()}
+    assert {"sources.<name>.snapshot.chunk_size", "sources.<name>.tables.overrides.<table>.chunk_size",
+            "sources.<name>.schema", "maintenance.cron"} <= model  # the walk sees nested, per-table and aliased keys
+    written = documented(doc)
+    assert sorted(model - written) == [], "keys of the model missing from docs/configuration.md"
+    assert sorted(written - model) == [], "keys docs/configuration.md documents that the model no longer has"

@@ -11,7 +11,7 @@ from dagster import (
 
 from ingest.config import parse_config
 from ingest.defs.checks import per_table_check
-from ingest.defs.factory import build_source_defs
+from ingest.defs.sources import build_source_defs
 
 
 def test_a_source_has_one_definition_per_check_whatever_its_number_of_tables(tmp_path):

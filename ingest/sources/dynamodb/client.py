@@ -123,16 +123,10 @@ def call(fn: Callable[..., Any], what: str, *, attempts: int = 6, base_delay: fl
 def client_settings(source) -> ClientSettings:
     """Settings of a DynamoDB source of the sources file, secrets read from the environment
     named by the source; unset names leave boto3's default credential chain in charge."""
-    import os
+    from ingest.config import secret
 
-    def secret(env: str | None) -> str | None:
-        if env is None:
-            return None
-        value = os.environ.get(env)
-        if value is None:
-            raise SourceUnavailable(f"environment variable {env} is not set: it holds AWS credentials of the "
-                                    f"DynamoDB source in {source.region}. Fix: export {env}=...")
-        return value
+    def credential(env: str | None) -> str | None:
+        return None if env is None else secret(env, f"AWS credentials of the DynamoDB source in {source.region}")
 
-    return ClientSettings(source.region, source.endpoint_url, secret(source.access_key_id_env),
-                          secret(source.secret_access_key_env), None, source.max_attempts)
+    return ClientSettings(source.region, source.endpoint_url, credential(source.access_key_id_env),
+                          credential(source.secret_access_key_env), None, source.max_attempts)

@@ -102,6 +102,7 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
     """Every finding for one MySQL source and its selected tables (connects to the server)."""
     import pymysql
 
+    from ingest.config import MissingSecret
     from ingest.sources.mysql.binlog import REQUIRED_SETTINGS, binlog_expiry_seconds, wrong_binlog_settings
     from ingest.sources.mysql.errors import MySQLSourceError, NoPrimaryKey, TableNotFound
     from ingest.sources.mysql.schema import connection_params, describe_tables, list_tables
@@ -110,6 +111,8 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
     subject = f"source {name}"
     try:
         conn = connection_params(source).connect()
+    except MissingSecret as exc:
+        return [Finding(FAIL, subject, str(exc))]
     except MySQLSourceError as exc:
         message = str(exc)
         if getattr(exc, "code", None) == 1045:

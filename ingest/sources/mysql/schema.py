@@ -103,14 +103,9 @@ def _date(value: bytes | str) -> dt.date | str:
 
 
 def connection_params(source: MySQLSource) -> ConnectionParams:
-    import os
+    from ingest.config import secret
 
-    password = os.environ.get(source.password_env)
-    if password is None:
-        raise SourceUnreachable(
-            f"environment variable {source.password_env} is not set: it holds the password of "
-            f"{source.user}@{source.host}. Fix: export {source.password_env}=..."
-        )
+    password = secret(source.password_env, f"the password of {source.user}@{source.host}")
     return ConnectionParams(source.host, source.port, source.user, password, source.database,
                             source.connect_timeout)
 
