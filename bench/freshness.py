@@ -153,7 +153,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
     home = work / "dagster_home"
     home.mkdir(exist_ok=True)
     # the instance config a deployment starts from: direct run launches, threaded sensors
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "deploy" / "dagster.yaml").read_text())
     lake = work / "fresh-lake"
     env = {**os.environ, "DAGSTER_HOME": str(home), "INGEST_SOURCES": str(sources), "INGEST_LAKE_ROOT": str(lake),
            "BENCH_MYSQL_PASSWORD": PASSWORD}

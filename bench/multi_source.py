@@ -88,7 +88,7 @@ def deployment(sources: dict, work: Path, env: dict[str, str], log) -> tuple[sub
     (work / "sources.yaml").write_text(yaml.safe_dump({"sources": sources}))
     home = work / "dagster_home"
     home.mkdir(exist_ok=True)
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "deploy" / "dagster.yaml").read_text())
     env.update({"DAGSTER_HOME": str(home), "INGEST_SOURCES": str(work / "sources.yaml"),
                 "INGEST_LAKE_ROOT": str(work / "lake")})
     snap = subprocess.run([DAGSTER, "asset", "materialize", "-m", "ingest.defs.definitions", "--select",

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +51,25 @@ SNAPSHOT = {"chunk_size": 100_000, "parallelism": 2, "chunks_per_commit": 64}
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def commit() -> str:
+    """The checked-out commit, `-dirty` when the tree has changes (what the figures were measured on)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def merged(path: Path, fresh: list[dict]) -> list[dict]:
+    """This run's results, then the earlier ones in `path` for lines this run did not measure."""
+    try:
+        earlier = json.loads(path.read_text()).get("results", [])
+    except (OSError, ValueError):
+        earlier = []
+    names = {r["name"] for r in fresh}
+    return fresh + [r for r in earlier if r.get("name") not in names]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out_path.write_text(json.dumps({
         "mode": mode, "sizes": sizes, "snapshot_settings": SNAPSHOT, "seconds": round(time.perf_counter() - started, 1),
-        "machine": machine(), "results": [r.to_json() for r in results],
+        "machine": machine(),
+        # the lines this run did not measure keep their latest figures (bench/report.py tables them all)
+        "results": merged(out_path, [{**r.to_json(), **stamp} for r in results]),
     }, indent=2, default=str))
     log(f"done in {time.perf_counter() - started:.0f} s; figures in {out_path}")
     return 0

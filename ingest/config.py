@@ -138,7 +138,7 @@ class TableSelection(_Model):
     """Tables (names or glob patterns) whose silver writes Delta deletion vectors: a small batch into a
     large table then writes its changed rows instead of rewriting every file a key falls in. Off by
     default: readers without the feature refuse such a table, delta-rs's `to_pyarrow_table()` among them
-    (its SQL and Polars read it; see README, "Reading the lake without Spark")."""
+    (its SQL and Polars read it; see docs/design.md, "Reading the lake without Spark")."""
 
     def keeps_history(self, table: str) -> bool:
         return any(fnmatch.fnmatchcase(table, p) for p in self.history)

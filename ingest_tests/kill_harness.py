@@ -431,7 +431,7 @@ class SensorRecoveryHarness(KillHarness):
     def __init__(self, *args, instance_yaml: str | None = None):
         """`instance_yaml`: the instance's dagster.yaml (default: the shipped one)."""
         super().__init__(*args, cdc={"min_interval_seconds": 1, "retry_backoff_seconds": 2})
-        (Path(self.env["DAGSTER_HOME"]) / "dagster.yaml").write_text(instance_yaml or (ROOT / "dagster.yaml").read_text())
+        (Path(self.env["DAGSTER_HOME"]) / "dagster.yaml").write_text(instance_yaml or (ROOT / "deploy" / "dagster.yaml").read_text())
 
     def __enter__(self) -> SensorRecoveryHarness:
         super().__enter__()

@@ -26,7 +26,7 @@ def assert_any_reader_opens(spark, path: str, keys: Sequence[str]) -> int:
 
 
 def arrow_table(table, path: str):
-    """delta-rs's `to_pyarrow_table()` of a local table as the README writes it: through an Arrow
+    """delta-rs's `to_pyarrow_table()` of a local table as docs/design.md writes it: through an Arrow
     filesystem, not deltalake's Python one, which Arrow's I/O threads may call at interpreter exit."""
     import pyarrow.fs
 

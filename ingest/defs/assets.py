@@ -16,6 +16,10 @@ from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.tables import CHANGES, HISTORY, InOrder, LakeTable, asset_part
 
 RECONCILIATION = "reconciliation"
+UNCHANGED_NOTE = (" A change batch that did not change this table leaves its partition empty here, by design and not a "
+                  "gap: the table is current through the batch log's end (`ingest status` shows the position).")
+"""Said by the assets of a source whose batches commit only the tables they changed (the partitions
+view shows the others' partitions as not materialized)."""
 
 
 def table_key(name: str, table: str, layer: str | None = None) -> AssetKey:

@@ -23,7 +23,7 @@ from dagster import (
 )
 
 from ingest.batches import FailedRun, RetryDecision, decide_retry
-from ingest.defs.assets import history_description, needs_snapshot_merge, table_key
+from ingest.defs.assets import UNCHANGED_NOTE, history_description, needs_snapshot_merge, table_key
 from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.bronze import ChangeBatch
 from ingest.lake.deltalog import last_commit
@@ -257,13 +257,14 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
     for t in tables:
         outs[bronze_out[t]] = AssetOut(
             key=table_key(name, t, CHANGES), io_manager_key="lake", kinds={text.kind, "delta"}, is_required=False,
-            description=f"Change log (bronze) of {text.what(t)}: one append per batch that changed it, {text.bronze}",
+            description=(f"Change log (bronze) of {text.what(t)}: one append per batch that changed it, {text.bronze}"
+                         + UNCHANGED_NOTE),
             metadata={"lake/layer": "bronze", "source": name, "table": t, **table_metadata(t)})
         outs[silver_out[t]] = AssetOut(
             key=table_key(name, t), io_manager_key="lake", kinds={"delta", "spark"}, is_required=False,
             description=(f"Current state of {text.what(t)}: the latest snapshot, then each change batch "
                          "merged in order of `_pos` (any batch order converges). Deletes stay as tombstones "
-                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`."),
+                         "(`_deleted`); read live rows with `ingest.lake.merge.live_rows`." + UNCHANGED_NOTE),
             metadata={"lake/layer": "silver", "source": name, "table": t, **table_metadata(t)})
         if t in history_out:
             outs[history_out[t]] = history_out_def(name, t, text.what(t), table_metadata(t))
@@ -397,5 +398,5 @@ def change_counts(lake, name: str, batch: str, changed: dict) -> dict[str, int]:
 
 def history_out_def(name: str, table: str, what: str, metadata: dict) -> AssetOut:
     return AssetOut(key=table_key(name, table, HISTORY), io_manager_key="lake", kinds={"delta", "spark"},
-                    is_required=False, description=history_description(what),
+                    is_required=False, description=history_description(what) + UNCHANGED_NOTE,
                     metadata={"lake/layer": "history", "source": name, "table": table, **metadata})

@@ -34,7 +34,7 @@ def to_dagster_metadata(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 FIGURES = ("rows", "rows_per_second", "seconds", "lag_seconds", "bytes_written", "table_bytes", "table_files")
-"""What every materialization of a lake table carries (the README's "What the UI plots")."""
+"""What every materialization of a lake table carries (the README's "Everyday operations")."""
 MERGE_FIGURES = {"numTargetRowsInserted": "rows_inserted", "numTargetRowsUpdated": "rows_updated"}
 """A MERGE's own operation metrics, reported by the silver and history merges of every batch."""
 

@@ -40,7 +40,8 @@ DRIVER_MEMORY = "2g"
 # The server's heap is sized by these settings, not by how long it has been busy. G1's defaults size
 # the young generation, and grow the heap, to the allocation rate, which follows the rows a run reads:
 # a 10M-row snapshot left the JVM 30-60 % larger than a 1M-row one, while what it held at the end was
-# the same (about 90 MiB after a full GC). Measured on that snapshot (README, "Snapshot memory"):
+# the same (about 90 MiB after a full GC). Measured on that snapshot (the README's former "Snapshot
+# memory" section, in git):
 # - the whole heap reserved at start (-Xms), so the young generation stays in the same regions;
 # - a fixed young generation of 384 MiB, survivors of a quarter of it, kept 90 % full: a row group's
 #   pages (the Parquet buffers a writer holds for a second or two) die young;

@@ -82,8 +82,8 @@ SNAPSHOT_ROW_GROUP_BYTES = 4 * 2**20
 """A snapshot wave's Parquet row groups: a task writes one file for its chunks and holds a row group's
 pages in memory until it is full. At the server's 16 MiB they lived long enough on a 10M-row snapshot
 for the JVM to move them to its old generation, whose garbage then grew with the table (the peak of a
-10M-row snapshot about 70 MiB higher than with 4 MiB row groups; README, "Snapshot memory"). A
-snapshot is read once, whole, by the silver merge; silver keeps the larger row groups for its readers."""
+10M-row snapshot about 70 MiB higher than with 4 MiB row groups; the README's former "Snapshot memory"
+section, in git). A snapshot is read once, whole, by the silver merge; silver keeps the larger row groups for its readers."""
 
 
 def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves[U]:

@@ -39,7 +39,7 @@ def test_runs_killed_or_canceled_under_the_daemon_are_recovered_by_the_sensor_al
     from ingest_tests.kill_harness import SENSOR_POINTS, SensorRecoveryHarness
 
     seed = int(os.environ.get("INGEST_KILL_SEED", random.randrange(10 ** 6)))
-    instance_yaml = (ROOT / "dagster.yaml").read_text() + (ROOT / "dagster-postgres.yaml").read_text()
+    instance_yaml = (ROOT / "deploy" / "dagster.yaml").read_text() + (ROOT / "deploy" / "dagster-postgres.yaml").read_text()
     with SensorRecoveryHarness(spark, root, mariadb.port, database, tmp_path, seed,
                                instance_yaml=instance_yaml) as harness:
         report = harness.run(len(SENSOR_POINTS))

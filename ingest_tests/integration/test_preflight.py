@@ -25,7 +25,7 @@ def test_check_names_settings_grants_anonymous_users_keys_and_missing_tables(mis
         cur.execute("CREATE DATABASE shop")
         cur.execute("CREATE TABLE shop.ok (id INT PRIMARY KEY, loc POINT, u UUID)")
         cur.execute("CREATE TABLE shop.nokey (a INT)")
-        cur.execute("CREATE USER 'weak'@'%' IDENTIFIED BY 'pw'")  # as the README's grant steps do
+        cur.execute("CREATE USER 'weak'@'%' IDENTIFIED BY 'pw'")  # as docs/deployment.md's grant steps do
         cur.execute("GRANT SELECT ON shop.* TO 'weak'@'%'")  # no replication privileges
         # what mariadb-install-db leaves for 'localhost'; this server skips name resolution, so the
         # account that takes logins from 127.0.0.1 is spelled with the address

@@ -19,7 +19,7 @@ from ingest_tests.integration.cdc_harness import (
 from ingest_tests.integration.dynamodb_harness import create_table, unique
 from ingest_tests.integration.test_cdc_e2e import DAGSTER, ROOT
 
-README = (ROOT / "README.md").read_text()
+DEPLOYMENT = (ROOT / "docs" / "deployment.md").read_text()
 
 
 def test_hostile_database_table_and_column_names_are_quoted_everywhere(spark, mariadb, tmp_path):
@@ -45,8 +45,8 @@ def test_hostile_database_table_and_column_names_are_quoted_everywhere(spark, ma
 
 
 def test_the_documented_grants_are_the_ones_the_tests_run_with(mariadb):
-    """Every MariaDB test runs as a user with exactly these grants, and the README documents them."""
-    assert f"GRANT {INGEST_GRANTS} ON *.* TO 'ingest'@'%';" in README
+    """Every MariaDB test runs as a user with exactly these grants, and docs/deployment.md documents them."""
+    assert f"GRANT {INGEST_GRANTS} ON *.* TO 'ingest'@'%';" in DEPLOYMENT
     with mariadb.connect() as conn, conn.cursor() as cur:
         cur.execute("SHOW GRANTS FOR 'ingest'@'127.0.0.1'")
         grants = " ".join(r[0] for r in cur.fetchall())
@@ -149,7 +149,7 @@ def test_account_statements_and_other_databases_ddl_reach_nothing_written(
     pg = None
     if storage == "postgres":
         pg = request.getfixturevalue("dagster_postgres")
-        (tmp_path / "dagster_home" / "dagster.yaml").write_text((ROOT / "dagster-postgres.yaml").read_text())
+        (tmp_path / "dagster_home" / "dagster.yaml").write_text((ROOT / "deploy" / "dagster-postgres.yaml").read_text())
         env.update({k: v for k, v in os.environ.items() if k.startswith("DAGSTER_PG_")})
 
     def dump() -> str:

@@ -1,5 +1,5 @@
 """Silver as any Delta reader sees it: the demo's downstream Polars asset over a silver table the
-ordered merge wrote, and the README's reader snippets in fresh processes."""
+ordered merge wrote, and the documented reader snippets in fresh processes."""
 
 import re
 import subprocess
@@ -46,15 +46,19 @@ def test_the_downstream_polars_asset_reads_live_silver_rows(spark, tmp_path, mon
     assert "| paid | 2 | 15.00 |" in meta["by_status"].value
 
 
-def test_the_readmes_reader_snippets_read_silver_and_exit_cleanly(spark, tmp_path):
-    """Each Python snippet of the README's "Reading the lake without Spark", run as a user's script
-    would be (a fresh interpreter, from the project folder), reads the demo's orders and exits 0. The
-    abort at exit it avoids comes in most runs (README), so each runs four times."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Reading the lake without Spark", 1)[1].split("\n## ", 1)[0]
-    snippets = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+def test_the_documented_reader_snippets_read_silver_and_exit_cleanly(spark, tmp_path):
+    """Each Python snippet without Spark of the README's "Reading the lake" and of docs/design.md's
+    "Reading the lake without Spark", run as a user's script would be (a fresh interpreter, from the
+    project folder), reads the demo's orders and exits 0. The abort at exit it avoids comes in most runs
+    (docs/operations.md), so each runs four times."""
+    root = Path(__file__).resolve().parents[2]
+    snippets = []
+    for doc, heading in (("README.md", "## Reading the lake"), ("docs/design.md", "## Reading the lake without Spark")):
+        section = (root / doc).read_text().split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+        snippets += [s for s in re.findall(r"```python\n(.*?)```", section, re.DOTALL) if "spark." not in s]
     assert [name for name in ("polars", "deltalake") if any(f"import {name}" in s for s in snippets)] == \
         ["polars", "deltalake"], snippets
+    assert len(snippets) == 3, snippets  # the README's, and design.md's two
     _orders_silver(spark, str(tmp_path / ".local" / "lake"))
     for snippet in snippets:
         script = snippet + "\nprint('rows', len(orders))\n"

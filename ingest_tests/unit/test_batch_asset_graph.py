@@ -25,3 +25,16 @@ def test_the_batch_log_names_no_table_as_its_upstream(tmp_path):
     built_from = {AssetKey(["demo", "t00", "changes"]), AssetKey(["demo", "t00", "snapshot"])}
     assert graph.get(AssetKey(["demo", "t00"])).parent_keys == built_from
     assert graph.get(AssetKey(["demo", "t00", "history"])).parent_keys == built_from
+
+
+def test_a_table_no_batch_changed_is_explained_where_its_partitions_show_empty(tmp_path):
+    """A batch commits only the tables it changed, so the others' partitions show as not materialized:
+    each such asset's description says why, and where the table's position is."""
+    config = parse_config({"sources": {"demo": {
+        "host": "h", "user": "u", "password_env": "P", "database": "d",
+        "tables": {"include": ["a"], "history": ["a"]}}}}, "sources.yaml")
+    (source,) = build_source_defs(config, str(tmp_path))
+    specs = {s.key: s for a in source.assets for s in a.specs}
+    for key in (["demo", "a"], ["demo", "a", "changes"], ["demo", "a", "history"]):
+        description = specs[AssetKey(key)].description
+        assert "not a gap" in description and "ingest status" in description, key

@@ -69,3 +69,32 @@ def test_a_child_sharing_its_parents_memory_is_not_counted_twice():
     finally:
         os.waitpid(pid, 0)
     assert with_child - before < 50 * 2**20, (before, with_child)
+
+
+def test_a_run_of_some_lines_keeps_the_latest_figures_of_the_others(tmp_path):
+    import json
+
+    from bench.run import merged
+
+    out = tmp_path / "quick.json"
+    assert merged(out, [{"name": "a", "ours": 1}]) == [{"name": "a", "ours": 1}]  # no earlier file
+    out.write_text(json.dumps({"results": [{"name": "a", "ours": 0}, {"name": "b", "ours": 2}]}))
+    assert merged(out, [{"name": "a", "ours": 1}]) == [{"name": "a", "ours": 1}, {"name": "b", "ours": 2}]
+
+
+def test_the_performance_table_has_every_line_its_verdict_commit_and_machine(tmp_path):
+    from bench.report import BEGIN, END, table, write_into
+
+    met = {**Result("snapshot_1M_vs_jdbc", 150_000, "spark_jdbc_to_delta", 100_000, "rows/s", target=1.0).to_json(),
+           "commit": "abc1234", "measured_at": "2026-11-27T20:00:00Z"}
+    limit = Result("freshness_p50", 9.1, "raw_binlog_tail_p50", 0.001, "s", higher_is_better=False, limit=3).to_json()
+    text = table([{"mode": "quick", "machine": {"cores": 2, "cpu": "EPYC"}, "results": [met, limit]}])
+    rows = text.splitlines()
+    assert rows[2] == ("| `freshness_p50` | quick | 9.10 s | raw_binlog_tail_p50 0.001 s | 9,100 | ours <= 3: NOT met "
+                       "| ?, ? |")
+    assert rows[3].endswith("| 1.50 | ratio >= 1: met | abc1234, 2026-11-27T20:00:00Z |")
+    assert "- quick: 2 cores, EPYC" in text
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# P\n\n{BEGIN}\nold\n{END}\n\nprose\n")
+    write_into(doc, text)
+    assert "old" not in doc.read_text() and doc.read_text().endswith(f"{END}\n\nprose\n") and rows[3] in doc.read_text()

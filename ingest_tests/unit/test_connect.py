@@ -37,7 +37,7 @@ def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_ch
 
 def test_the_local_server_bounds_the_delta_tables_it_keeps_in_memory(tmp_path, monkeypatch):
     """Delta's cache of opened tables (10,000 by default, about 3 MiB each) grows with the number of
-    tables until the heap is full (README, "Many tables")."""
+    tables until the heap is full (the README's former "Many tables", in git)."""
     from ingest.lake.connect import DELTA_LOG_CACHE_SIZE
 
     _, conf = local_server_command(tmp_path, monkeypatch)
