@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = MODES[mode]
     chosen = args.only or BENCHMARKS
     out_path = args.json or BENCH_DIR / "out" / f"{mode}.json"
+    # the code the figures were measured on: as checked out when the run starts
+    stamp = {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     from ingest.lake.connect import start_local, stop_local
     from ingest.lake.spark import spark_session
@@ -166,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out_path.write_text(json.dumps({
         "mode": mode, "sizes": sizes, "snapshot_settings": SNAPSHOT, "seconds": round(time.perf_counter() - started, 1),
         "machine": machine(),

@@ -253,11 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     rs.set_defaults(run=resnapshot)
 
     sp = commands.add_parser(
-        "spark", help="the embedded Spark Connect server: start, stop, status",
+        "spark", help="the embedded Spark Connect server: start, stop, status, run (in the foreground)",
         description="Every run reaches Spark through a Spark Connect server. Unless INGEST_SPARK_REMOTE (or "
                     "spark.remote in the sources file) names one, the first run starts a local server and later "
                     "runs reuse it; its PID, port and log are under .local/spark-connect (INGEST_SPARK_STATE_DIR).")
-    sp.add_argument("action", choices=("start", "stop", "status"))
+    sp.add_argument("action", choices=("start", "stop", "status", "run"),
+                    help="run: start it (or find it running) and stay until it ends or this command is stopped, "
+                         "which stops it: what a supervisor runs (deploy/systemd/ingest-spark.service)")
     sp.set_defaults(run=spark)
     return parser
 
@@ -266,6 +268,8 @@ def spark(args) -> int:
     from ingest.lake.connect import read_state, remote_url, start_local, state_dir, stop_local
 
     remote = remote_url()
+    if args.action == "run":
+        return run_spark()
     if args.action == "start":
         state = start_local()
         print(f"Spark Connect server up at {state.url} (pid {state.pid}, log {state.log})")
@@ -281,6 +285,29 @@ def spark(args) -> int:
             print(f"remote: {remote} (INGEST_SPARK_REMOTE): runs use this one, not the local server")
         return 0 if state or remote else 1
     return 0
+
+
+def run_spark() -> int:
+    """The embedded server in the foreground: exit 1 when it ends by itself (a supervisor starts this
+    again, which starts a new one); stop it on SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    from ingest.lake.connect import start_local, stop_local
+    from ingest.localdev.processes import alive
+
+    stopped = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    state = start_local()
+    print(f"Spark Connect server up at {state.url} (pid {state.pid}, log {state.log})", flush=True)
+    while not stopped.is_set() and alive(state.pid):
+        stopped.wait(1)
+    if stopped.is_set():
+        stop_local()
+        return 0
+    print(f"the Spark Connect server (pid {state.pid}) ended; see {state.log}", file=sys.stderr, flush=True)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
