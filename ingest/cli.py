@@ -304,7 +304,7 @@ def run_spark() -> int:
     while not stopped.is_set() and alive(state.pid):
         stopped.wait(1)
     if stopped.is_set():
-        stop_local()
+        stop_local(timeout=20)  # within the supervisor's 30 s, which then kills this process, not the server
         return 0
     print(f"the Spark Connect server (pid {state.pid}) ended; see {state.log}", file=sys.stderr, flush=True)
     return 1

@@ -30,10 +30,16 @@ def started_by(marker: str) -> list[int]:
 
 
 def sensor_ticks_after(home: Path, sensor: str, since: float) -> list:
+    """The sensor's successful or skipped ticks after `since`, read from the demo's instance ([] while the
+    webserver and the daemon are still creating its SQLite storage: opening it then races them)."""
     from dagster import DagsterInstance
     from dagster._core.scheduler.instigation import TickStatus
 
-    with DagsterInstance.from_config(str(home)) as instance:
+    try:
+        instance = DagsterInstance.from_config(str(home))
+    except Exception:  # noqa: BLE001 - alembic's "more than one head" while another process migrates
+        return []
+    with instance:
         for state in instance.all_instigator_state():
             if state.instigator_name == sensor:
                 return [t for t in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=20)
@@ -98,8 +104,10 @@ def test_the_demo_restarts_a_killed_code_server_and_stops_everything_on_sigterm(
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
         try:
-            proc.wait(180)
+            proc.wait(300)  # every stop in it is bounded; a loaded machine makes them slow
+            print(f"bin/demo stopped {time.monotonic() - stopping:.1f} s after SIGTERM")
         finally:
             left = started_by(marker)
             for pid in left:  # do not leave them to the next test; the assertion says they were there
