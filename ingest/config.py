@@ -17,7 +17,7 @@
 
 Every error names the file, the key and the fix. Secrets are never read from
 the file: only the name of the environment variable that holds them, resolved
-through Dagster's EnvVar when a connection is opened.
+from the environment when a connection is opened (`secret`).
 """
 
 from __future__ import annotations

@@ -114,8 +114,7 @@ def walk(model: type[BaseModel], prefix: str, kinds: tuple[str, ...]) -> list[Ke
 def keys() -> list[Key]:
     """Every key of the sources file: the top level's, then each source kind's (one row for a key that
     every kind holding it documents alike)."""
-    top = [k for name, field in SourcesConfig.model_fields.items() if name != "sources"
-           for k in walk(SourcesConfig, "", ()) if k.path.split(".")[0] == (field.alias or name)]
+    top = [k for k in walk(SourcesConfig, "", ()) if k.path != "sources"]
     merged: dict[tuple, list[str]] = {}
     for kind, model in KINDS:
         for k in walk(model, SOURCE, (kind,)):

@@ -68,14 +68,20 @@ def covered_through(own: Any, logged: Iterable[tuple[Any, Collection[str]]], tab
     return newest or own
 
 
-def waiting(unread_bytes: int, touched: Collection[str] | None, table: str, log: str) -> str:
+def pending(unread_bytes: int, touched: Collection[str] | None, table: str) -> bool | None:
     """Whether the source has changes for `table` that the lake lacks (pure): `unread_bytes` of its log
     after the table's committed position, `touched` the tables changed there (None: not known)."""
     if unread_bytes <= 0:
+        return False
+    return None if touched is None else table in touched
+
+
+def waiting(unread_bytes: int, touched: Collection[str] | None, table: str, log: str) -> str:
+    """The "changes waiting" cell (pure): see `pending`."""
+    answer = pending(unread_bytes, touched, table)
+    if answer is False:
         return "none"
-    if touched is None:
-        return f"unknown: {unread_bytes:,} bytes of {log} not read yet"
-    return f"yes: {unread_bytes:,} bytes of {log} not read yet" if table in touched else "none"
+    return f"{'yes' if answer else 'unknown'}: {unread_bytes:,} bytes of {log} not read yet"
 
 
 def binlog_bytes(logs: Sequence[tuple[str, int]], start: BinlogPosition, head: BinlogPosition) -> int:
@@ -160,9 +166,18 @@ def logged_ends(lake_root: str, name: str, parse: Callable[[Any], Any], look_bac
 class SourceView:
     """What a source says of the tables of one source, asked once per source."""
 
-    waiting: Callable[[Any, str], str]
-    """(a table's committed end, its name) -> the "changes waiting" cell."""
+    unread: Callable[[Any], tuple[int, Collection[str] | None]]
+    """A table's committed end -> (bytes of log after it, the tables changed there or None: not known)."""
+    log: str
+    """What the bytes are of: "binlog", "WAL"."""
     headroom: Callable[[Any], str]
+    name: Callable[[str], str]
+    """A table as `unread` names it (PostgreSQL: schema.table)."""
+
+    def pending(self, end: Any, table: str) -> bool | None:
+        """Whether the source has changes for `table` after `end` (None: not known)."""
+        unread, touched = self.unread(end)
+        return pending(unread, touched, self.name(table))
 
 
 def row(table: Committed, view: SourceView | str) -> TableStatus:
@@ -172,7 +187,7 @@ def row(table: Committed, view: SourceView | str) -> TableStatus:
     elif table.end is None:
         wait, room = "-", "-"
     else:
-        wait, room = view.waiting(table.end, table.table), view.headroom(table.end)
+        wait, room = waiting(*view.unread(table.end), view.name(table.table), view.log), view.headroom(table.end)
     return TableStatus(table.source, table.table, table.snapshot, table.last_batch,
                        "-" if table.end is None else str(table.end) if not isinstance(table.end, BinlogPosition)
                        else f"{table.end.file}:{table.end.pos}", table.silver_merged, wait, room)
@@ -202,8 +217,8 @@ def binlog_view(source, ends: Collection[BinlogPosition]) -> SourceView | str:
                        for end in set(ends) if end < head}
     except Exception as exc:  # noqa: BLE001 - shown in the table instead of stopping it
         return unreachable(exc)
-    return SourceView(lambda end, table: waiting(binlog_bytes(logs, end, head), touched.get(end), table, "binlog"),
-                      lambda end: headroom(logs[0][0], end, expiry))
+    return SourceView(lambda end: (binlog_bytes(logs, end, head), touched.get(end)), "binlog",
+                      lambda end: headroom(logs[0][0], end, expiry), lambda table: table)
 
 
 def slot_view(name: str, source) -> SourceView | str:
@@ -226,8 +241,8 @@ def slot_view(name: str, source) -> SourceView | str:
     else:
         _, wal_status, _, retained, safe, _ = found
         verdict = slot_headroom(slot, wal_status, int(retained or 0), None if safe is None else int(safe))
-    return SourceView(lambda end, table: waiting(head.value - end.value, peeked, source.qualified(table), "WAL"),
-                      lambda end: verdict.description)
+    return SourceView(lambda end: (head.value - end.value, peeked), "WAL", lambda end: verdict.description,
+                      source.qualified)
 
 
 def source_position(source) -> tuple[BinlogPosition, str, int] | str:
@@ -248,4 +263,4 @@ def source_is_ahead(source, end: BinlogPosition | None, table: str) -> bool:
     if end is None:
         return True
     view = binlog_view(source, [end])
-    return isinstance(view, str) or not view.waiting(end, table).startswith("none")
+    return isinstance(view, str) or view.pending(end, table) is not False

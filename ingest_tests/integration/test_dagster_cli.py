@@ -71,9 +71,10 @@ def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database
     assert (tmp_path / "lake" / "cli" / "ledger" / "silver" / "_delta_log").is_dir()
 
 
-def test_the_demos_dagster_and_the_ingest_commands_print_no_warning(tmp_path):
-    """What a user's console shows from Dagster as bin/demo runs it (bin/dagster-dev: webserver, daemon and
-    code server, from the project folder with DAGSTER_HOME elsewhere, sensors ticking) and from `ingest`:
+def test_dagster_dev_and_the_ingest_commands_print_no_warning(tmp_path):
+    """What a user's console shows from Dagster as the README runs it for one's own sources (bin/dagster-dev:
+    webserver, daemon and code server, from the project folder with DAGSTER_HOME elsewhere, sensors ticking)
+    and from `ingest`:
     no warning (one no user can act on is silenced where it starts; any other would be fixed). The
     sensors' errors (this source does not answer) are the console's to show."""
     import socket
