@@ -24,8 +24,9 @@ from bench.cpu import tree  # noqa: E402
 COMMITS = 30
 
 
-def per_commit(zone: str, java_options: str = "") -> float:
-    """Server CPU-seconds per commit with the JVM's default zone `zone`."""
+def per_commit(zone: str, java_options: str = "", heap: tuple[str, ...] | None = None) -> float:
+    """Server CPU-seconds per commit with the JVM's default zone `zone` (and `heap`, the server's heap
+    options, connect.HEAP_OPTIONS by default)."""
     from pyspark.sql import SparkSession
 
     from ingest.lake import connect
@@ -34,7 +35,7 @@ def per_commit(zone: str, java_options: str = "") -> float:
     os.environ["TZ"] = zone  # the server's JVM takes its default zone from it
     try:
         state = connect.start_local(folder, extra_conf={
-            "spark.driver.extraJavaOptions": " ".join((*connect.HEAP_OPTIONS, java_options))})
+            "spark.driver.extraJavaOptions": " ".join((*(heap or connect.HEAP_OPTIONS), java_options))})
     finally:
         os.environ.pop("TZ")
     spark = SparkSession.builder.remote(f"sc://127.0.0.1:{state.port}").create()

@@ -197,3 +197,44 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class Dagster:
+    """The code server and the daemon as deploy/systemd's units run them (the production layout: the
+    code location is its own gRPC server, which the daemon reaches through deploy/workspace.yaml). A
+    daemon over the project's python_module workspace replaces its code server every minute (about
+    4 CPU-s a minute), which a deployment does not pay."""
+
+    UNITS = ("ingest-code-server", "ingest-daemon")
+
+    def __init__(self, env: dict[str, str], work: Path) -> None:
+        from ingest.localdev.supervise import UNITS, parse_unit, read_env_file
+        from ingest.paths import PROJECT_ROOT
+
+        env.update({**{k: v for k, v in read_env_file(PROJECT_ROOT / "deploy" / "ingest.env").items() if k not in env},
+                    "INGEST_HOME": str(PROJECT_ROOT), "INGEST_CODE_SERVER_HOST": "127.0.0.1",
+                    "INGEST_CODE_SERVER_PORT": str(free_port()), "INGEST_DAGSTER_LOG_LEVEL": "warning"})
+        self.logs = {name: work / f"{name}.log" for name in self.UNITS}
+        self.processes = [
+            subprocess.Popen(parse_unit(UNITS / f"{name}.service", env).command, cwd=PROJECT_ROOT, env=env,
+                             stdin=subprocess.DEVNULL, stdout=open(self.logs[name], "w"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+            for name in self.UNITS]
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def ended(self) -> bool:
+        return any(p.poll() is not None for p in self.processes)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(f"--- {name}\n{path.read_text()[-chars:]}" for name, path in self.logs.items())
+
+    def stop(self) -> None:
+        import signal
+
+        from ingest.localdev.processes import stop_group
+
+        for proc in reversed(self.processes):
+            stop_group(proc, signal.SIGTERM, timeout=60)

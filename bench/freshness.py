@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,14 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import PROJECT_ROOT, Result  # noqa: E402
+from bench.common import PROJECT_ROOT, Dagster, Result  # noqa: E402
 from bench.mysql_bench import DATABASE, PASSWORD  # noqa: E402
-from ingest.localdev.processes import stop_group  # noqa: E402
 
 TABLE = "fresh"
 LINES = "fresh_lines"
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
-DAEMON = str(Path(sys.executable).with_name("dagster-daemon"))
 
 
 def silver_commits(path: Path) -> list[tuple[float, dict]]:
@@ -170,9 +167,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
     silver = Path(table_location(str(lake), "bench", TABLE, "silver"))
     spark_state = read_state(work / "spark")  # bench/run.py's server
     spark_pid = spark_state.pid if spark_state else -1
-    daemon_log = work / "daemon.log"
-    daemon = subprocess.Popen([DAEMON, "run", "-w", "workspace.yaml"], cwd=PROJECT_ROOT, env=env,
-                              stdout=open(daemon_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    dagster = Dagster(env, work)
     stop = threading.Event()
     seen: dict[int, float] = {}
     tail = None
@@ -182,8 +177,8 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
             cur.execute(f"INSERT INTO {TABLE} VALUES (0, 'first batch', NOW(6))")
         deadline = time.monotonic() + 180
         while not silver_commits(silver):
-            if time.monotonic() > deadline or daemon.poll() is not None:
-                raise RuntimeError(f"silver never appeared; daemon log: {daemon_log.read_text()[-3000:]}")
+            if time.monotonic() > deadline or dagster.ended():
+                raise RuntimeError(f"silver never appeared; Dagster's logs: {dagster.log_tail()}")
             time.sleep(0.5)
         log("silver is live; writing markers")
         with params.connect() as conn:
@@ -201,7 +196,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
             while time.monotonic() < until:
                 measured = time.monotonic() >= measure_from
                 if measured and cpu_before is None:
-                    cpu_before, window_start = by_role([daemon.pid, spark_pid]), time.time()
+                    cpu_before, window_start = by_role([*dagster.pids, spark_pid]), time.time()
                 cur.execute("BEGIN")
                 cur.execute(f"INSERT INTO {LINES} VALUES (%s, %s, 1)", (marker_id, marker_id))
                 cur.execute(f"INSERT INTO {TABLE} VALUES (%s, 'marker', NOW(6))", (marker_id,))
@@ -214,12 +209,12 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
                 markers.append((marker_id, committed, BinlogPosition(file, pos), measured))
                 marker_id += 1
                 time.sleep(every)
-        cpu_after, window_end = by_role([daemon.pid, spark_pid]), time.time()
+        cpu_after, window_end = by_role([*dagster.pids, spark_pid]), time.time()
         log(f"{len(markers)} markers written; waiting for the last to be live in silver")
         deadline = time.monotonic() + 300
         while visible_at(silver_commits(silver), markers[-1][2]) is None:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the last marker never reached silver; daemon log: {daemon_log.read_text()[-3000:]}")
+                raise RuntimeError(f"the last marker never reached silver; Dagster's logs: {dagster.log_tail()}")
             time.sleep(1)
     finally:
         stop.set()
@@ -229,7 +224,7 @@ def freshness_bench(server, params, work: Path, seconds: float, log, every: floa
             with server.connect(database=DATABASE) as conn, conn.cursor() as cur:
                 cur.execute(f"INSERT INTO {TABLE} VALUES (-1, 'stop the tail', NOW(6))")
             tail.join(30)
-        stop_group(daemon, signal.SIGTERM, timeout=60)
+        dagster.stop()
     commits = silver_commits(silver)
     ours = [visible_at(commits, pos) - committed for _, committed, pos, measured in markers if measured]
     raw = [seen[i] - committed for i, committed, _, measured in markers if measured and i in seen]

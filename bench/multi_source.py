@@ -30,11 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import PROJECT_ROOT, Result, free_port  # noqa: E402
+from bench.common import PROJECT_ROOT, Dagster, Result, free_port  # noqa: E402
 from ingest.localdev.processes import stop_group  # noqa: E402
 
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
-DAEMON = str(Path(sys.executable).with_name("dagster-daemon"))
 PASSWORD = "bench-multi-pw"
 PROBE_BASE = 1_000_000_000
 
@@ -80,9 +79,9 @@ class Probe:
     raw_seen: dict[str, float] = field(default_factory=dict)
 
 
-def deployment(sources: dict, work: Path, env: dict[str, str], log) -> tuple[subprocess.Popen, Path]:
+def deployment(sources: dict, work: Path, env: dict[str, str], log) -> Dagster:
     """The sources file, a Dagster home with the shipped instance config, every snapshot materialized,
-    and the daemon started (sensors on)."""
+    and the code server and daemon started (sensors on)."""
     import yaml
 
     (work / "sources.yaml").write_text(yaml.safe_dump({"sources": sources}))
@@ -95,14 +94,11 @@ def deployment(sources: dict, work: Path, env: dict[str, str], log) -> tuple[sub
                            "key:*/*/snapshot"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     if snap.returncode != 0:
         raise RuntimeError(f"the snapshots for the multi-source benchmark failed: {snap.stderr[-3000:]}")
-    log(f"{len(sources)} sources snapshotted; starting the daemon")
-    daemon_log = work / "daemon.log"
-    daemon = subprocess.Popen([DAEMON, "run", "-w", "workspace.yaml"], cwd=PROJECT_ROOT, env=env,
-                              stdout=open(daemon_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
-    return daemon, daemon_log
+    log(f"{len(sources)} sources snapshotted; starting the code server and the daemon")
+    return Dagster(env, work)
 
 
-def measure(probes: list[Probe], lake: Path, daemon: subprocess.Popen, daemon_log: Path, spark_pid: int,
+def measure(probes: list[Probe], lake: Path, dagster: Dagster, spark_pid: int,
             seconds: float, warmup: float, every: float, log) -> dict:
     """Probes round-robin, one source every `every / len(probes)` s, for `warmup` (unmeasured) then
     `seconds`; waits for every probe in silver. Per source the latencies, and the deployment's CPU."""
@@ -122,8 +118,8 @@ def measure(probes: list[Probe], lake: Path, daemon: subprocess.Popen, daemon_lo
         p.write(PROBE_BASE)
     deadline = time.monotonic() + 300
     while missing := waiting():
-        if time.monotonic() > deadline or daemon.poll() is not None:
-            raise RuntimeError(f"silver of {missing} never caught up; daemon log: {daemon_log.read_text()[-3000:]}")
+        if time.monotonic() > deadline or dagster.ended():
+            raise RuntimeError(f"silver of {missing} never caught up; Dagster's logs: {dagster.log_tail()}")
         time.sleep(0.5)
     log("every source's silver is live; probing")
     stop = threading.Event()
@@ -146,7 +142,7 @@ def measure(probes: list[Probe], lake: Path, daemon: subprocess.Popen, daemon_lo
         while time.monotonic() < until:
             for p in probes:
                 if time.monotonic() >= measured_from and cpu_before is None:
-                    cpu_before, cores_before, window_start = by_role([daemon.pid, spark_pid]), _machine_busy(), time.time()
+                    cpu_before, cores_before, window_start = by_role([*dagster.pids, spark_pid]), _machine_busy(), time.time()
                 p.write(n)
                 p.written[str(n)] = time.time()
                 last[p.source] = p.key_of(n)
@@ -155,17 +151,17 @@ def measure(probes: list[Probe], lake: Path, daemon: subprocess.Popen, daemon_lo
                 n += 1
                 waiting()
                 time.sleep(every / len(probes))
-        cpu_after, cores_after, window_end = by_role([daemon.pid, spark_pid]), _machine_busy(), time.time()
+        cpu_after, cores_after, window_end = by_role([*dagster.pids, spark_pid]), _machine_busy(), time.time()
         log("probes written; waiting for the last of each source in silver")
         deadline = time.monotonic() + 300
         while late := waiting():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the last probes of {late} never reached silver; daemon log: "
-                                   f"{daemon_log.read_text()[-3000:]}")
+                raise RuntimeError(f"the last probes of {late} never reached silver; Dagster's logs: "
+                                   f"{dagster.log_tail()}")
             time.sleep(0.5)
     finally:
         stop.set()
-        stop_group(daemon, signal.SIGTERM, timeout=60)
+        dagster.stop()
     latencies = {p.source: [watchers[p.source].seen[p.key_of(k)] - p.written[str(k)] for k in measured_keys[p.source]]
                  for p in probes}
     raw_latencies = {p.source: [p.raw_seen[str(k)] - p.written[str(k)] for k in measured_keys[p.source]
@@ -236,7 +232,7 @@ def three_sources_bench(server, work: Path, seconds: float, log, every: float = 
         }
         env = {**os.environ, "BENCH_PASSWORD": PASSWORD, "BENCH_AWS_KEY_ID": "local", "BENCH_AWS_SECRET": "local",
                **LOCAL_CREDENTIALS}
-        daemon, daemon_log = deployment(sources, work, env, log)
+        dagster = deployment(sources, work, env, log)
         writers = [
             _writer("from pathlib import Path; from ingest.localdev.demo import write_forever; "
                     "from ingest.localdev.mariadb import MariaDBServer; "
@@ -285,7 +281,7 @@ def three_sources_bench(server, work: Path, seconds: float, log, every: float = 
                   Probe("demo_carts", "carts", "cart_id", ddb_write, key_of=lambda n: f"probe-{n}",
                         visible_at_source=ddb_seen)]
         spark_state = read_state(work.parent / "spark")
-        got = measure(probes, work / "lake", daemon, daemon_log, spark_state.pid if spark_state else -1, seconds,
+        got = measure(probes, work / "lake", dagster, spark_state.pid if spark_state else -1, seconds,
                       warmup, every, log)
     finally:
         for w in locals().get("writers", []):
@@ -335,7 +331,7 @@ def ten_sources_bench(server, work: Path, seconds: float, log, sources_count: in
                       "password_env": "BENCH_PASSWORD", "database": name, "tables": {"include": ["items"]},
                       "cdc": {"watch_seconds": 4}} for name in names}
     env = {**os.environ, "BENCH_PASSWORD": PASSWORD, **LOCAL_CREDENTIALS}
-    daemon, daemon_log = deployment(sources, work, env, log)
+    dagster = deployment(sources, work, env, log)
     conns = {name: server.connect(database=name) for name in names}
     locks = {name: threading.Lock() for name in names}
     for c in conns.values():
@@ -358,7 +354,7 @@ def ten_sources_bench(server, work: Path, seconds: float, log, sources_count: in
         write, seen = writer(name)
         probes.append(Probe(name, "items", "id", write, visible_at_source=seen))
     spark_state = read_state(work.parent / "spark")
-    got = measure(probes, work / "lake", daemon, daemon_log, spark_state.pid if spark_state else -1, seconds,
+    got = measure(probes, work / "lake", dagster, spark_state.pid if spark_state else -1, seconds,
                   warmup, every, log)
     lat, raw = got["latencies"], got["raw"]
     p50_source, p50 = worst(lat, statistics.median)
