@@ -5,11 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from ingest_tests.integration.cdc_harness import register_batch_to_head
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The session's Spark server (INGEST_SPARK_REMOTE) for every dagster and ingest process these tests start:
+# without it, the first one started an embedded server of its own, which outlives it by design.
+pytestmark = pytest.mark.usefixtures("spark_server")
 
 
 def test_materialize_snapshot_and_silver_through_the_cli(mariadb, root, database, tmp_path):
