@@ -8,6 +8,7 @@ tasks in executors that are other processes, as on a real cluster (issue 47's cl
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -33,8 +34,6 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _spark_class(self, *args: str, log: str) -> subprocess.Popen:
-        import os
-
         import pyspark
 
         home = Path(pyspark.__file__).parent
@@ -88,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     cluster = StandaloneCluster(args.folder or Path(tempfile.mkdtemp(prefix="ingest-cluster-")), args.workers).start()
     print(f"{cluster.url} (master UI http://127.0.0.1:{cluster.ui_port}, logs in {cluster.folder}); Ctrl-C stops it",
           flush=True)
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the cluster as Ctrl-C does
+
     try:
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        signal.signal(signal.SIGTERM, interrupt)
         while all(p.poll() is None for p in cluster.processes):
             time.sleep(1)
         return 1
