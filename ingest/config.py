@@ -25,13 +25,13 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+    BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
 )
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -115,10 +115,93 @@ class PostgresCdcSettings(CdcSettings):
     0: every batch on the executors."""
 
 
+ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class HashSettings(_Model):
+    salt_env: str = Field(pattern=ENV_NAME_RE)
+    """Environment variable holding the salt (never the salt itself). Sources and tables hashed with the
+    same salt give the same digest for the same value, so joins on hashed keys still work."""
+
+
+class MaskSettings(_Model):
+    keep_first: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Leading characters kept."""
+    keep_last: Annotated[int, Field(ge=0, le=1000)] = 0
+    """Trailing characters kept. A value no longer than both together is masked whole."""
+    char: str = Field("*", min_length=1, max_length=1)
+    """What every other character becomes."""
+
+
+class ColumnTransform(_Model):
+    """One of: `{hash: {salt_env: VAR}}`, `{mask: {keep_last: 4}}`, `{truncate: 20}`; `null` is written as
+    the bare value null (see ingest/transforms.py)."""
+
+    hash: HashSettings | None = None
+    """SHA-256 of the salt and the value, as 64 hex digits (the column becomes text)."""
+    mask: MaskSettings | None = None
+    """Text with all but the kept characters replaced."""
+    truncate: Annotated[int, Field(ge=1)] | None = None
+    """Text cut to this many characters."""
+
+    @model_validator(mode="after")
+    def _one(self) -> ColumnTransform:
+        chosen = [k for k in ("hash", "mask", "truncate") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError("a transform is exactly one of hash, mask, truncate or null "
+                             f"(got {', '.join(chosen) or 'none'})")
+        return self
+
+
+def _null_transform(value: object) -> object:
+    if isinstance(value, str):
+        if value == "null":
+            return None
+        raise ValueError(f"{value!r} is not a transform: write one of {{hash: {{salt_env: VAR}}}}, "
+                         "{mask: {keep_last: N}}, {truncate: N} or null")
+    return value
+
+
+Transform = Annotated[ColumnTransform | None, BeforeValidator(_null_transform)]
+"""A column's transform; None is `null`."""
+
+
+def resolve_transforms(table: str, spec: Mapping[str, ColumnTransform | None], where: str):
+    """The table's transforms with their salts read from the environment (ingest/transforms.py)."""
+    from ingest.transforms import HASH, MASK, NULL, TRUNCATE, Rule, TableTransforms
+
+    rules = []
+    for column, t in spec.items():
+        if t is None:
+            rules.append(Rule(column, NULL))
+        elif t.hash is not None:
+            salt = secret(t.hash.salt_env, f"the salt of {where}.{column}'s hash (table {table})")
+            rules.append(Rule(column, HASH, salt=salt.encode()))
+        elif t.mask is not None:
+            rules.append(Rule(column, MASK, keep_first=t.mask.keep_first, keep_last=t.mask.keep_last,
+                              char=t.mask.char))
+        else:
+            rules.append(Rule(column, TRUNCATE, length=t.truncate))
+    return TableTransforms(table, tuple(rules))
+
+
 class ColumnSelection(_Model):
-    exclude: list[str] = Field(min_length=1)
+    exclude: list[str] = []
     """Columns left out on both paths (snapshot and binlog), e.g. a GEOMETRY column nobody reads.
     A name the table does not have is ignored, so a later DROP COLUMN does not break the table."""
+    transform: dict[str, Transform] = {}
+    """Columns whose values are hashed, masked, truncated or nulled before anything is written, by
+    column name: `{email: {hash: {salt_env: PII_SALT}}, phone: {mask: {keep_last: 4}}, notes: null}`."""
+
+    @model_validator(mode="after")
+    def _not_excluded(self) -> ColumnSelection:
+        for column in self.transform:
+            if column in self.exclude:
+                raise ValueError(f"transform.{column}: the column is also excluded, so nothing of it lands. "
+                                 "Fix: remove one of the two")
+        if not self.exclude and not self.transform:
+            raise ValueError("give exclude or transform")
+        return self
 
 
 class TableSelection(_Model):
@@ -149,6 +232,12 @@ class TableSelection(_Model):
     def excluded_columns(self, table: str) -> frozenset[str]:
         selection = self.columns.get(table)
         return frozenset(selection.exclude) if selection else frozenset()
+
+    def transforms(self, table: str):
+        """The table's column transforms, salts resolved (MissingSecret when a salt's variable is unset)."""
+        selection = self.columns.get(table)
+        return resolve_transforms(table, selection.transform if selection else {},
+                                  f"tables.columns.{table}.transform")
 
     @field_validator("include", "exclude", "history", "deletion_vectors")
     @classmethod
@@ -212,6 +301,9 @@ class MySQLSource(_Model):
     def writes_deletion_vectors(self, table: str) -> bool:
         return self.tables.writes_deletion_vectors(table)
 
+    def transforms(self, table: str):
+        return self.tables.transforms(table)
+
 
 class ScanSettings(_Model):
     segments: Annotated[int, Field(ge=1, le=1_000_000)] = 8
@@ -265,6 +357,10 @@ class DynamoDBSource(_Model):
     of an item (see ingest/lake/history.py)."""
     deletion_vectors: list[str] = []
     """Tables whose silver writes Delta deletion vectors (see TableSelection.deletion_vectors)."""
+    transform: dict[str, dict[str, Transform]] = {}
+    """Attributes hashed, masked, truncated or nulled before anything is written (in their columns and in
+    `_item`), by table and attribute: `{carts: {email: {hash: {salt_env: PII_SALT}}}}` (see
+    TableSelection.columns)."""
     snapshot: ScanSettings = ScanSettings()
     """How the parallel Scan runs."""
     cdc: StreamSettings = StreamSettings()
@@ -286,6 +382,10 @@ class DynamoDBSource(_Model):
     def writes_deletion_vectors(self, table: str) -> bool:
         return table in self.deletion_vectors
 
+    def transforms(self, table: str):
+        """The table's attribute transforms, salts resolved (see TableSelection.transforms)."""
+        return resolve_transforms(table, self.transform.get(table, {}), f"transform.{table}")
+
     @field_validator("access_key_id_env", "secret_access_key_env")
     @classmethod
     def _env_names(cls, value: str | None) -> str | None:
@@ -297,7 +397,7 @@ class DynamoDBSource(_Model):
     def _declared(self) -> DynamoDBSource:
         from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
 
-        for field in ("history", "deletion_vectors"):
+        for field in ("history", "deletion_vectors", "transform"):
             for table in getattr(self, field):
                 if table not in self.tables:
                     raise ValueError(f"{field}: {table!r} is not one of the source's tables {self.tables}")
@@ -367,6 +467,9 @@ class PostgresSource(_Model):
 
     def writes_deletion_vectors(self, table: str) -> bool:
         return self.tables.writes_deletion_vectors(table)
+
+    def transforms(self, table: str):
+        return self.tables.transforms(table)
 
 
 def _source_kind(value: object) -> str:

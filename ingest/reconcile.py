@@ -29,8 +29,11 @@ def silver_position(silver_path: str, basename: str) -> BinlogPosition | None:
     return merged_through(BinlogPosition.from_metadata(snapshot.metadata["log_start"]), merged)
 
 
-def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, parallelism: int) -> Reconciliation:
-    """Compare silver's live rows with the source's rows now, leaving out keys changed since silver's position."""
+def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, parallelism: int,
+              transforms=None) -> Reconciliation:
+    """Compare silver's live rows with the source's rows now, leaving out keys changed since silver's position.
+    With column `transforms`, the source's rows are compared as the lake holds them (transformed); a
+    hashed key has no order in common with the source's, so the table is then one range."""
     from ingest.lake.columns import lake_name
     from ingest.lake.connect import jdbc_driver
     from ingest.lake.merge import live_rows
@@ -54,11 +57,19 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
     def changed_since() -> set[Key]:
         with params.connect() as conn:
             now = master_position(conn)
-        return keys_changed(params, schema, BatchRange(position, now)) if now > position else set()
+        changed = keys_changed(params, schema, BatchRange(position, now)) if now > position else set()
+        if transforms:
+            changed = {transforms.key(schema.primary_key, k, [None] * len(k)) for k in changed}
+        return changed
 
     silver = live_rows(spark.read.format("delta").load(silver_path))
     with jdbc_driver(DRIVER, "MariaDB"):
-        source = lake_columns(read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism))
+        source = read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism)
+        if transforms:
+            source = transforms.frame(source)
+        if transforms and any(map(transforms.hashes, schema.primary_key)):
+            chunk_plan = []
+        source = lake_columns(source)
         result = compare(source, silver, [lake_name(c) for c in schema.column_names],
                          [lake_name(k) for k in schema.primary_key], chunk_plan, changed_since,
                          Reconciliation(schema.table, compared_at=position))

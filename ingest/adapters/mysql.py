@@ -18,6 +18,7 @@ from typing import Any
 from ingest.sources.mysql.chunks import Chunk, key_from_json, key_to_json, plan_chunks
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams, TableSchema
+from ingest.transforms import TableTransforms
 from ingest.sources.mysql.snapshot import (
     ShapeChanged, check_shape, plan_boundaries, read_chunk_group, retry_wave,
 )
@@ -112,7 +113,7 @@ class SnapshotShapeUnstable(RuntimeError):
 
 def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                  chunk_size: int, parallelism: int, chunks_per_commit: int,
-                 log: Callable[[str], None] = print) -> SnapshotProgress:
+                 log: Callable[[str], None] = print, transforms: TableTransforms | None = None) -> SnapshotProgress:
     """Snapshot one table into the Delta table at `path`, resuming an unfinished snapshot.
 
     DDL on the table while it is read (a column added, dropped or retyped, a
@@ -125,6 +126,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
     while True:
         try:
             progress = _snapshot_once(spark, params, schema, path, source=source, chunk_size=chunk_size,
+                                      transforms=transforms,
                                       parallelism=parallelism, chunks_per_commit=chunks_per_commit, log=log)
             progress.shape_restarts = restarts
             return progress
@@ -142,7 +144,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
 
 def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                    chunk_size: int, parallelism: int, chunks_per_commit: int,
-                   log: Callable[[str], None]) -> SnapshotProgress:
+                   log: Callable[[str], None], transforms: TableTransforms | None = None) -> SnapshotProgress:
     from ingest.lake.commits import waves
     from ingest.lake.connect import jdbc_driver
     from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
@@ -151,7 +153,9 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
 
     started = time.monotonic()
     fingerprint = schema.fingerprint()
-    resume = resume_point(path, fingerprint)
+    # waves written under other transforms never mix with these
+    shape = fingerprint + (f";transforms:{transforms.metadata()}" if transforms else "")
+    resume = resume_point(path, shape)
     conn = params.connect()
     try:
         if resume:
@@ -191,7 +195,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
         return (f"{wave[-1].index + 1}/{progress.chunks_total} chunks, {rows} rows, "
                 f"{rows / max(time.monotonic() - started, 1e-9):,.0f} rows/s")
 
-    run = SnapshotCommit(source, schema.table, snapshot_id, fingerprint, schema.primary_key,
+    run = SnapshotCommit(source, schema.table, snapshot_id, shape, schema.primary_key,
                          log_start.to_metadata(), log_start.row_pos(), wave=next_wave)
     with jdbc_driver(DRIVER, "MariaDB"):
         done = commit_waves(path, Waves(
@@ -199,7 +203,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
             lambda wave: read_chunks_df(spark, params, schema, wave, parallelism),
             lambda wave: {"key_hi": key_to_json(wave[-1].hi), "chunks_done": wave[-1].index + 1,
                           "chunks_total": progress.chunks_total},
-            said, write), log)
+            said, write, transforms), log)
     progress.rows, progress.waves_committed = done.rows, done.committed
     progress.chunks_done = progress.chunks_total  # every wave committed (a failed one raised)
     progress.seconds = time.monotonic() - started
@@ -217,6 +221,7 @@ class SnapshotWrite:
     chunk_size: int
     parallelism: int
     chunks_per_commit: int
+    transforms: TableTransforms | None = None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -226,6 +231,7 @@ class SnapshotWrite:
         progress = run_snapshot(
             spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,
             parallelism=self.parallelism, chunks_per_commit=self.chunks_per_commit, log=log,
+            transforms=self.transforms,
         )
         df = spark.read.format("delta").load(path)
         stats = df.agg(F.count(F.lit(1)).alias("rows"), F.min("_pos").alias("lo"), F.max("_pos").alias("hi")).first()
@@ -244,6 +250,8 @@ class SnapshotWrite:
         }
         if self.schema.excluded:
             meta["excluded_columns"] = list(self.schema.excluded)
+        if self.transforms:
+            meta["transformed_columns"] = self.transforms.metadata()
         if stats["lo"] is not None:
             meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
             meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()
@@ -252,7 +260,7 @@ class SnapshotWrite:
 
 # ---------------------------------------------------------------- change batches read on executors
 
-def change_batch_writes(source: str, params: ConnectionParams, batch, captured) -> Any:
+def change_batch_writes(source: str, params: ConnectionParams, batch, captured, transforms=None) -> Any:
     """A change batch as bronze writes (lake.bronze.ChangeBatch). A batch the source only planned
     (`batch.slices`) gets, for each table it touched, a DataFrame whose partitions are the slices,
     each decoded on an executor (`read_slice`): the binlog is fetched once per table, and each read
@@ -264,7 +272,7 @@ def change_batch_writes(source: str, params: ConnectionParams, batch, captured) 
     frames = {t: partial(read_slices_df, params=params, table=t, captured=captured[t], slices=batch.slices,
                          columns=changes.columns, batch_key=batch.key)
               for t, changes in batch.tables.items() if changes.sliced}
-    return bronze_writes(source, batch, frames)
+    return bronze_writes(source, batch, frames, transforms)
 
 
 def read_slices_df(spark, *, params: ConnectionParams, table: str, captured, slices: list[dict],

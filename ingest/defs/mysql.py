@@ -20,6 +20,7 @@ from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, describe_tables, list_tables
+from ingest.transforms import TransformError
 
 KINDS_MYSQL = {"mysql", "delta", "spark"}
 
@@ -76,10 +77,12 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
         params = connection_params(source)
         with params.connect() as conn:
             schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
+        transforms = checked_transforms(source, schema)
         context.log.info(f"{table}: {len(schema.columns)} columns, primary key {list(schema.primary_key)}"
-                         + (f", leaving out {list(schema.excluded)}" if schema.excluded else ""))
+                         + (f", leaving out {list(schema.excluded)}" if schema.excluded else "")
+                         + (f", transforming {transforms.metadata()}" if transforms else ""))
         return SnapshotWrite(name, params, schema, settings.chunk_size, settings.parallelism,
-                             settings.chunks_per_commit)
+                             settings.chunks_per_commit, transforms)
 
     return _snapshot
 
@@ -117,6 +120,16 @@ def check_history(name: str, source: MySQLSource, tables: list[str], config: Sou
                 f"key to {t}, or take it out of tables.history")
 
 
+def checked_transforms(source: MySQLSource, schema):
+    """The table's column transforms, salts resolved and checked against its columns, before anything is
+    read or written (TransformError / MissingSecret name the table, the column and the fix)."""
+    transforms = source.transforms(schema.table)
+    if transforms:
+        transforms.check([(c.name, t.spark) for c, t in zip(schema.columns, schema.delta_types())],
+                         schema.primary_key, f"tables.columns.{schema.table}.transform")
+    return transforms
+
+
 def excluded_metadata(source: MySQLSource, table: str) -> dict:
     """The columns the config leaves out, shown on the table's assets."""
     excluded = sorted(source.tables.excluded_columns(table))
@@ -131,7 +144,7 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
 
         def once():
             skipped: dict[str, str] = {}
-            captured = {}
+            captured, transforms = {}, {}
             with params.connect() as conn:
                 existing = set(list_tables(conn, source.database))
                 described = describe_tables(conn, source.database, [t for t in tables if t in existing],
@@ -143,21 +156,28 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                 elif isinstance(schema, Exception):
                     raise schema  # e.g. dropped since the list: the batch runs again
                 else:
+                    try:
+                        transforms[t] = checked_transforms(source, schema)
+                    except TransformError as exc:
+                        skipped[t] = str(exc)  # as a column type: this table waits for a fix of the file
+                        continue
                     captured[t] = schema.captured()
             for t in tables:
                 if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
                     recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
                     if recorded:
                         captured[t] = CapturedTable(tuple(recorded.value), source.tables.excluded_columns(t))
+                        transforms[t] = source.transforms(t)
             return read_change_batch(params, name, batch, captured, all_tables=tables,
                                      previous_server_id=last_server_id(context.instance, name, tables),
-                                     skipped=skipped, parallel_min_bytes=source.cdc.executor_min_bytes), captured
+                                     skipped=skipped, parallel_min_bytes=source.cdc.executor_min_bytes), \
+                captured, transforms
 
         from ingest.adapters.mysql import change_batch_writes
 
         # a large batch is only planned here: its tables' changes are read on Spark's executors
-        got, captured = retry_batch_read(once, name, batch, params)
-        return change_batch_writes(name, params, got, captured)
+        got, captured, transforms = retry_batch_read(once, name, batch, params)
+        return change_batch_writes(name, params, got, captured, transforms)
 
     text = BatchAssetText(
         "mysql", lambda t: f"`{source.database}.{t}`", "with op, `_pos`, commit time, GTID and the before image of "
@@ -193,7 +213,8 @@ def reconciliation_checks(name: str, source: MySQLSource, tables: list[str], con
         with params.connect() as conn:
             schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
         result = reconcile(lake.spark.session, params, schema, lake.path_for(table_key(name, table)),
-                           chunk_size=settings.chunk_size, parallelism=settings.parallelism)
+                           chunk_size=settings.chunk_size, parallelism=settings.parallelism,
+                           transforms=checked_transforms(source, schema))
         return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (

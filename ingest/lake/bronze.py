@@ -25,6 +25,7 @@ from ingest.lake.columns import lake_name
 from ingest.lake.commits import BronzeCommit
 from ingest.lake.tables import spark_ident
 from ingest.lake.write import append, stats_on
+from ingest.transforms import TableTransforms
 
 META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string, `_batch` string, "
             "`_before` string, `_origin` string")
@@ -155,9 +156,13 @@ class BronzeRows:
         return arrow_table(list(zip(*rows)) if rows else [[] for _ in self.arrow_schema], self.arrow_schema)
 
 
-def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str):
-    """A DataFrame of one table's changes in one batch, through Arrow."""
+def records_df(spark, records: Sequence[ChangeRecord], columns: Sequence[tuple[str, str]], batch_key: str,
+               transforms: TableTransforms | None = None):
+    """A DataFrame of one table's changes in one batch, through Arrow, its column transforms applied
+    before the rows leave this process."""
     table = records_arrow(records, columns, batch_key)
+    if transforms:
+        table, columns = transforms.apply(table), transforms.columns(columns)
     schema = bronze_schema(columns, UNCHANGED_COLUMN in table.column_names)
     return spark.createDataFrame(table, schema=schema)  # with the schema: Connect refuses an empty table without
 
@@ -181,6 +186,8 @@ class BronzeWrite:
     summary: BatchSummary | None = None
     """With `frame`: what the source knows of those changes without reading them (its TRUNCATEs, its
     newest commit), committed with them; the row count comes from the commit (see BatchSummary)."""
+    transforms: TableTransforms | None = None
+    """The table's column transforms (hash, mask, ...), applied before anything is written."""
 
     @property
     def changed(self) -> bool:
@@ -191,7 +198,7 @@ class BronzeWrite:
         if self.frame is not None:
             return append_frame(spark, path, self, log) | dict(self.extra)
         return append_changes(spark, path, self.source, self.table, self.batch_key, self.records, self.columns,
-                              self.positions, log) | dict(self.extra)
+                              self.positions, log, self.transforms) | dict(self.extra)
 
 
 class ChangeBatch(dict):
@@ -211,18 +218,19 @@ class ChangeBatch(dict):
         return next(iter(self.values())).positions
 
 
-def bronze_writes(source: str, batch: SourceBatch, frames: Mapping[str, Callable[[Any], Any]] | None = None
-                  ) -> ChangeBatch:
+def bronze_writes(source: str, batch: SourceBatch, frames: Mapping[str, Callable[[Any], Any]] | None = None,
+                  transforms: Mapping[str, TableTransforms] | None = None) -> ChangeBatch:
     """A source's change batch as one bronze append per table it holds; `frames`: the tables whose
-    changes Spark's executors read (see BronzeWrite.frame)."""
-    frames = frames or {}
+    changes Spark's executors read (see BronzeWrite.frame); `transforms`: tables' column transforms."""
+    frames, transforms = frames or {}, transforms or {}
 
     def planned(changes) -> BatchSummary:
         return BatchSummary(None, changes.truncates, _epoch(changes.newest), _epoch(changes.oldest))
 
     return ChangeBatch({table: BronzeWrite(source, table, batch.key, changes.records, changes.columns,
                                            batch.positions, batch.extra, frames.get(table),
-                                           planned(changes) if table in frames and changes.sliced else None)
+                                           planned(changes) if table in frames and changes.sliced else None,
+                                           transforms.get(table))
                         for table, changes in batch.tables.items()}, batch.skipped, batch.positions)
 
 
@@ -254,7 +262,10 @@ def append_frame(spark, path: str, write: BronzeWrite, log: Callable[[str], None
     record = BronzeCommit(write.source, write.table, write.batch_key, write.positions,
                           write.summary.to_metadata() if write.summary else None)
     try:
-        outcome = append(write.frame(spark), path, record.metadata(), record.txn, merge_schema=True,
+        frame = write.frame(spark)
+        if write.transforms:
+            frame = write.transforms.frame(frame)
+        outcome = append(frame, path, record.metadata(), record.txn, merge_schema=True,
                          properties=BRONZE_PROPERTIES)
     except Exception as exc:
         from ingest.lake.datasource import executor_error
@@ -314,11 +325,11 @@ def _epoch(at: dt.datetime | None) -> int | None:
 
 def append_changes(spark, path: str, source: str, table: str, batch_key: str, records: Sequence[ChangeRecord],
                    columns: Sequence[tuple[str, str]], positions: dict[str, Any],
-                   log: Callable[[str], None]) -> dict[str, Any]:
+                   log: Callable[[str], None], transforms: TableTransforms | None = None) -> dict[str, Any]:
     """Append one batch's changes with its positions in the same commit; a repeat adds nothing (its txn id,
     or for a batch older than the txn retention, the `_pos` bronze already holds)."""
     log(f"bronze {source}/{table} batch {batch_key}: appending {len(records)} changes")
-    df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key), records)
+    df = _not_yet_held(spark, path, records_df(spark, records, columns, batch_key, transforms), records)
     record = BronzeCommit(source, table, batch_key, positions, summarize(records).to_metadata())
     outcome = append(df, path, record.metadata(), record.txn, merge_schema=True, properties=BRONZE_PROPERTIES)
     counts: dict[str, int] = {}

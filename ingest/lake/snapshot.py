@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from ingest.lake.commits import Txn, unfinished_snapshot
 from ingest.lake.deltalog import last_commit, our_commits
+from ingest.transforms import TableTransforms
 
 U = TypeVar("U")
 
@@ -74,6 +75,8 @@ class Waves(Generic[U]):
     """A progress line after a wave, given the rows committed so far in this run."""
     write: Callable[[int, Callable[[], Any]], Any] = lambda wave, commit: commit()
     """Runs a wave's commit: a source may retry it on a dropped connection, or check the table's shape."""
+    transforms: TableTransforms | None = None
+    """The table's column transforms (hash, mask, ...), applied to every wave before it is written."""
     rows: int = 0
     committed: list[int] = field(default_factory=list)
 
@@ -96,6 +99,8 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
         record = replace(work.run, wave=work.run.wave + offset, complete=offset == len(work.groups) - 1,
                          progress=work.progress(group))
         df = work.read(group)
+        if work.transforms:
+            df = work.transforms.frame(df)
         first = record.wave == 0
         outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
                                                          overwrite=first, overwrite_schema=first,

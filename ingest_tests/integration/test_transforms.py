@@ -1,0 +1,103 @@
+"""Column transforms (hash, mask, truncate, null): applied before anything is written, the same on every
+path, and the raw values of transformed columns in no byte the project writes."""
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from dagster import DagsterInstance
+
+from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+
+SALT = f"salt-{uuid.uuid4().hex}"
+TRANSFORMS = {
+    "email": {"hash": {"salt_env": "TEST_PII_SALT"}},
+    "amount": {"hash": {"salt_env": "TEST_PII_SALT"}},
+    "phone": {"mask": {"keep_last": 4}},
+    "bio": {"truncate": 6},
+    "ssn": None,
+}
+
+
+def digest(text: str) -> str:
+    """What the lake must hold for a hashed value, computed here from the definition (salt, then text)."""
+    return hashlib.sha256(SALT.encode() + text.encode()).hexdigest()
+
+
+def masked(phone: str) -> str:
+    return "*" * (len(phone) - 4) + phone[-4:]
+
+
+@pytest.fixture
+def salted(monkeypatch):
+    monkeypatch.setenv("TEST_PII_SALT", SALT)
+
+
+def written_text(root: Path) -> dict[Path, bytes]:
+    """Every file under `root` as bytes, and each Parquet file's values decoded as well: a value in a
+    compressed page would not show in its bytes."""
+    out = {}
+    for path in root.rglob("*"):
+        if not path.is_file():
+            continue
+        out[path] = path.read_bytes()
+        if path.suffix == ".parquet":
+            values = pq.read_table(path).to_pylist()
+            out[path.with_name(path.name + "#values")] = json.dumps(values, default=str).encode()
+    return out
+
+
+def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_server, mariadb, database, root, tmp_path,
+                                                                  salted):
+    marker = uuid.uuid4().hex[:10]
+    raw = {  # what must never be written: each transformed column's raw value holds the marker
+        1: (f"ann-{marker}@example.com", f"555{marker}0101", f"Bio-1 {marker}", f"ssn-{marker}-1", "12.50"),
+        2: (f"bob-{marker}@example.com", f"555{marker}0202", f"Bio-2 {marker}", f"ssn-{marker}-2", "7.00"),
+    }
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE people (id INT PRIMARY KEY, email VARCHAR(80), phone VARCHAR(40), bio TEXT, "
+                    "ssn VARCHAR(40), amount DECIMAL(10,2), city VARCHAR(20))")
+        for k, (e, p, b, s, a) in raw.items():
+            cur.execute("INSERT INTO people VALUES (%s, %s, %s, %s, %s, %s, 'Oslo')", (k, e, p, b, s, a))
+    sources = write_sources(tmp_path, mariadb.port, database, ["people"],
+                            columns={"people": {"transform": TRANSFORMS}})
+    (tmp_path / "dagster").mkdir()
+    h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.local_temp(str(tmp_path / "dagster")))
+    h.snapshot()
+    # a batch the run decodes, then one Spark's executors decode (executor_min_bytes 0)
+    with root.cursor() as cur:
+        cur.execute("UPDATE people SET email = %s, amount = 13.5 WHERE id = 1", (f"ann2-{marker}@example.com",))
+        cur.execute("INSERT INTO people VALUES (3, %s, '12', 'short', %s, 1.00, 'Rome')",
+                    (f"cy-{marker}@example.com", f"ssn-{marker}-3"))
+    assert h.sync() is not None
+    with root.cursor() as cur:
+        cur.execute("DELETE FROM people WHERE id = 2")
+        cur.execute("UPDATE people SET bio = %s WHERE id = 3", (f"Longer {marker}",))
+    big = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["people"],
+                                          columns={"people": {"transform": TRANSFORMS}},
+                                          cdc={"executor_min_bytes": 0}),
+                     tmp_path / "lake", h.instance)
+    assert big.sync() is not None
+
+    expected = [
+        (1, digest(f"ann2-{marker}@example.com"), masked(raw[1][1]), raw[1][2][:6], None, digest("13.50"), "Oslo"),
+        (3, digest(f"cy-{marker}@example.com"), "**", f"Longer {marker}"[:6], None, digest("1.00"), "Rome"),
+    ]
+    assert h.live("people", ["id", "email", "phone", "bio", "ssn", "amount", "city"]) == expected
+    # bronze's before image of the update holds the old email hashed like the column would
+    bronze = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "people" / "bronze"))
+    befores = [json.loads(r["_before"]) for r in bronze.where("_op = 'update' AND id = 1").collect()]
+    assert befores and befores[0]["email"] == digest(raw[1][0]) and befores[0]["amount"] == digest("12.50")
+    assert befores[0]["ssn"] is None and befores[0]["phone"] == masked(raw[1][1])
+    assert dict(bronze.dtypes)["email"] == "string" and dict(bronze.dtypes)["amount"] == "string"
+
+    evaluation = h.check("people")
+    assert evaluation.passed, evaluation.metadata
+    written = written_text(tmp_path)
+    written[Path(spark_server.log)] = Path(spark_server.log).read_bytes()
+    assert any(p.suffix == ".parquet" for p in written) and any("compute_logs" in str(p) for p in written)
+    for path, data in written.items():  # every raw value above holds the marker where a transform hides it
+        assert marker.encode() not in data, f"a raw value of a transformed column in {path}"
