@@ -159,9 +159,9 @@ class TableTransforms:
         """(name, Spark type) pairs as the lake holds them."""
         return [(n, self.lake_type(n, t)) for n, t in columns]
 
-    def check(self, columns: Sequence[tuple[str, str]], keys: Iterable[str], where: str) -> None:
-        """Raise TransformError for a transform on a column the table lacks, a text transform on a
-        column that is not text, or anything but `hash` on a key column."""
+    def check(self, columns: Sequence[tuple[str, str]], keys: Iterable[str], where: str) -> TableTransforms:
+        """These transforms, after raising TransformError for one on a column the table lacks, a text
+        transform on a column that is not text, or anything but `hash` on a key column."""
         types, keys = dict(columns), set(keys)
         for rule in self.rules:
             if rule.column not in types:
@@ -176,6 +176,7 @@ class TableTransforms:
                 raise TransformError(
                     f"table {self.table}: {where}.{rule.column}: {rule.column} is part of the primary key, "
                     f"and {rule.kind} would make distinct keys equal. Fix: hash it instead (a hash is a key too)")
+        return self
 
     def key(self, names: Sequence[str], values: Sequence[Any], arrow_types: Sequence[Any]) -> tuple:
         """A key's values as the lake holds them."""

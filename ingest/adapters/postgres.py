@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ingest.transforms import TableTransforms
 from ingest.sources.postgres.positions import Lsn
 
 DATA_SOURCE_NAME = "ingest_postgres_chunks"
@@ -200,7 +201,8 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
     return df.selectExpr(*[f"{c.spark} AS {spark_ident(c.name)}" for c in columns], pos)
 
 
-def change_batch_writes(source: str, params: PgParams, slot: str, publication: str, batch, qualified: dict[str, str]):
+def change_batch_writes(source: str, params: PgParams, slot: str, publication: str, batch, qualified: dict[str, str],
+                        transforms=None):
     """A change batch as bronze writes (lake.bronze.ChangeBatch): the tables a large batch only planned
     (TableChanges.sliced) get a DataFrame that an executor reads from the slot; `qualified`: each
     table's schema.table by its name in the batch."""
@@ -211,7 +213,7 @@ def change_batch_writes(source: str, params: PgParams, slot: str, publication: s
     frames = {t: partial(table_changes_df, params=params, source=source, slot=slot, publication=publication,
                          table=qualified[t], changes=changes, batch_key=batch.key)
               for t, changes in batch.tables.items() if changes.sliced}
-    return bronze_writes(source, batch, frames)
+    return bronze_writes(source, batch, frames, transforms)
 
 
 def table_changes_df(spark, *, params: PgParams, source: str, slot: str, publication: str, table: str, changes,
@@ -241,6 +243,7 @@ class PgSnapshotWrite:
     chunk_size: int
     parallelism: int
     chunks_per_commit: int
+    transforms: TableTransforms = TableTransforms("")
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import waves
@@ -260,7 +263,10 @@ class PgSnapshotWrite:
             log_start = current_lsn(conn)
             contracts = contracts_of(conn, table)
             types = types_of(conn, [c.type_oid for c in table.columns])
-        fingerprint = table.fingerprint()
+        transforms = self.transforms.check([(c.name, t.spark) for c, t in zip(table.columns, contracts)],
+                                           table.primary_key, f"tables.columns.{table.name}.transform")
+        # waves written under other transforms never mix with these
+        fingerprint = table.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
         resume = resume_point(path, fingerprint)
         if resume:
             snapshot_id, wave_no, done = resume["snapshot_id"], resume["wave"] + 1, resume["chunks_done"]
@@ -288,12 +294,14 @@ class PgSnapshotWrite:
                                               [(lo, hi) for _, lo, hi in wave], self.parallelism),
                 lambda wave: {"key_hi": wave[-1][2], "chunks_done": wave[-1][0] + 1, "chunks_total": total,
                               "read_at": at.consistent_point.to_metadata()},
-                lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows"), log).rows
+                lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows", transforms=transforms),
+                log).rows
         seconds = time.monotonic() - started
         return {"rows": snapshot_table_rows(spark, path, snapshot_id), "rows_read": rows, "seconds": round(seconds, 2),
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,
                 "chunks": total, "resumed_from_wave": wave_no - 1, "log_start": log_start.to_metadata(),
-                "key_columns": list(table.primary_key), "delta_version": table_version(path)}
+                "key_columns": list(table.primary_key), "delta_version": table_version(path),
+                **({"transformed_columns": transforms.metadata()} if transforms else {})}
 
 
 # ---------------------------------------------------------------- reconciliation
@@ -314,7 +322,7 @@ def silver_lsn(silver_path: str):
 
 
 def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: str, silver_path: str, *,
-              chunk_size: int, parallelism: int):
+              chunk_size: int, parallelism: int, transforms: TableTransforms | None = None):
     """Compare silver's live rows with the table now: its rows are read at a temporary slot's exported
     snapshot, and keys that the source's slot shows changed between silver's position and that point are
     left to the next batch."""
@@ -340,6 +348,9 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
         table = describe_table(conn, table_name)
         contracts = contracts_of(conn, table)
         types = types_of(conn, [c.type_oid for c in table.columns])
+    transforms = (transforms or TableTransforms(table.name)).check(
+        [(c.name, t.spark) for c, t in zip(table.columns, contracts)], table.primary_key,
+        f"tables.columns.{table.name}.transform")
     by_name = dict(zip((c.name for c in table.columns), contracts))
     key_convert = [by_name[k].convert or (lambda v: v) for k in table.primary_key]
     with exported_snapshot(params.libpq(), f"{slot}_r{uuid.uuid4().hex[:8]}", temporary=True) as at, \
@@ -348,13 +359,17 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
         source = source_chunks_df(spark, params, table, contracts, types, at, key_ranges(bounds, None), parallelism)
         # the comparison's ranges are in the lake's values and Spark's order
         plan = sorted(tuple(convert(v) for convert, v in zip(key_convert, b)) for b in bounds)
+        if any(map(transforms.hashes, table.primary_key)):  # hashes keep no order of the source's keys
+            plan = []
+        source = transforms.frame(source)
 
         def changed_since() -> set[tuple]:
             keys: set[tuple] = set()
             for record in change_records(changes(peek(conn, slot, publication, at.consistent_point)),
                                          {table.name}, RelationContracts(conn)):
                 if record.pos >= position.row_pos():
-                    keys.add(tuple(record.row.get(k) for k in table.primary_key))
+                    key = [record.row.get(k) for k in table.primary_key]
+                    keys.add(transforms.key(table.primary_key, key, [None] * len(key)))
             return keys
 
         result = compare(lake_columns(source.drop("_pos")), live_rows(spark.read.format("delta").load(silver_path)),

@@ -57,7 +57,8 @@ def snapshot_asset(name: str, source: PostgresSource, table: str) -> AssetsDefin
         from ingest.adapters.postgres import PgSnapshotWrite
 
         return PgSnapshotWrite(name, PgParams.of(source), source.slot_name(name), source.qualified(table),
-                               settings.chunk_size, settings.parallelism, settings.chunks_per_commit)
+                               settings.chunk_size, settings.parallelism, settings.chunks_per_commit,
+                               source.transforms(table))
 
     return _snapshot
 
@@ -79,9 +80,11 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
         by_name = {source.qualified(t): t for t in tables}
         changes = {by_name[q]: replace(c, records=[replace(r, table=by_name[q]) for r in c.records])
                    for q, c in got.tables.items()}
+        transforms = {t: source.transforms(t).check(c.columns, (), f"tables.columns.{t}.transform")
+                      for t, c in changes.items()}
         return change_batch_writes(name, params, slot, source.publication,
                                    SourceBatch(got.key, changes, got.positions, got.extra),
-                                   {t: source.qualified(t) for t in tables})
+                                   {t: source.qualified(t) for t in tables}, transforms)
 
     text = BatchAssetText(
         "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place among the "
@@ -249,7 +252,8 @@ def reconciliation_checks(name: str, source: PostgresSource, tables: list[str]):
         lake = context.resources.lake
         result = reconcile(lake.spark.session, PgParams.of(source), source.slot_name(name), source.publication,
                            source.qualified(table), lake.path_for(table_key(name, table)),
-                           chunk_size=settings.chunk_size, parallelism=settings.parallelism)
+                           chunk_size=settings.chunk_size, parallelism=settings.parallelism,
+                           transforms=source.transforms(table))
         return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from dagster import DagsterInstance
 
-from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+from ingest_tests.integration.cdc_harness import HARNESS_CDC, CdcHarness, write_sources
 
 SALT = f"salt-{uuid.uuid4().hex}"
 TRANSFORMS = {
@@ -96,8 +97,68 @@ def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_se
 
     evaluation = h.check("people")
     assert evaluation.passed, evaluation.metadata
+    assert_no_marker_written(marker, tmp_path, spark_server, sources)
+
+
+def assert_no_marker_written(marker: str, tmp_path: Path, spark_server, sources: Path) -> None:
+    """No byte under `tmp_path` (lake, instance, compute logs) nor the Spark server's log holds `marker`."""
     written = written_text(tmp_path)
     written[Path(spark_server.log)] = Path(spark_server.log).read_bytes()
     assert any(p.suffix == ".parquet" for p in written) and any("compute_logs" in str(p) for p in written)
-    for path, data in written.items():  # every raw value above holds the marker where a transform hides it
-        assert marker.encode() not in data, f"a raw value of a transformed column in {path}"
+    for path, data in written.items():  # every raw value holds the marker where a transform hides it
+        if path != sources:
+            assert marker.encode() not in data, f"a raw value of a transformed column in {path}"
+
+
+def test_postgres_hashed_key_snapshot_batches_and_reconciliation(spark, spark_server, pg, tmp_path, monkeypatch,
+                                                                  salted):
+    """A hashed primary key is still the key: updates and deletes find their rows in silver, on the run's
+    batches and on the executors' alike, and reconciliation compares the hashed rows."""
+    marker = uuid.uuid4().hex[:10]
+    monkeypatch.setenv("INGEST_TEST_PG_PASSWORD", pg.password)
+    with pg.connect() as conn:
+        conn.execute("DROP PUBLICATION IF EXISTS members_pub")
+        conn.execute("DROP TABLE IF EXISTS members")
+        conn.execute("CREATE TABLE members (email text PRIMARY KEY, phone text, note text, score numeric(8,2))")
+        conn.execute("INSERT INTO members SELECT 'm' || g || '-' || %s || '@x.org', '+47' || %s || lpad(g::text, 4, '0'), "
+                     "'Note ' || %s, g * 1.5 FROM generate_series(1, 30) g", (marker, marker, marker))
+        conn.execute("CREATE PUBLICATION members_pub FOR TABLE members")
+    sources = tmp_path / "sources.yaml"
+
+    def write(executor_min_bytes: int) -> CdcHarness:
+        sources.write_text(yaml.safe_dump({"sources": {"pgm": {
+            "kind": "postgres", "host": pg.host, "port": pg.port, "user": pg.user,
+            "password_env": "INGEST_TEST_PG_PASSWORD", "database": "postgres", "publication": "members_pub",
+            "slot": "pgm_slot", "tables": {"include": ["members"], "columns": {"members": {"transform": {
+                "email": {"hash": {"salt_env": "TEST_PII_SALT"}}, "phone": {"mask": {"keep_first": 3, "keep_last": 2}},
+                "note": {"truncate": 4}, "score": None}}}},
+            "cdc": {**HARNESS_CDC, "executor_min_bytes": executor_min_bytes}}}}))
+        return CdcHarness(spark, sources, tmp_path / "lake", instance, name="pgm")
+
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    try:
+        h = write(64 * 2**20)
+        h.snapshot()
+        with pg.connect() as conn:
+            conn.execute("UPDATE members SET phone = '+4799' || %s WHERE email LIKE 'm1-%%'", (marker,))
+            conn.execute("DELETE FROM members WHERE email LIKE 'm2-%%'")
+        assert h.sync() is not None
+        h = write(0)  # the next batch is read on Spark's executors
+        with pg.connect() as conn:
+            conn.execute("UPDATE members SET note = 'Later ' || %s WHERE email LIKE 'm3-%%'", (marker,))
+            conn.execute("INSERT INTO members VALUES ('new-' || %s || '@x.org', '12', NULL, 2)", (marker,))
+        assert h.sync() is not None
+        with pg.connect() as conn:
+            source = conn.execute("SELECT email, phone, note FROM members").fetchall()
+        expected = sorted((digest(e), p[:3] + "*" * (len(p) - 5) + p[-2:] if len(p) > 5 else "*" * len(p),
+                           n[:4] if n is not None else None, None) for e, p, n in source)
+        assert h.live("members", ["email", "phone", "note", "score"]) == expected
+        evaluation = h.check("members")
+        assert evaluation.passed, evaluation.metadata
+        assert_no_marker_written(marker, tmp_path, spark_server, sources)
+    finally:
+        instance.dispose()
+        with pg.connect() as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = 'pgm_slot'")
