@@ -159,11 +159,15 @@ class TableTransforms:
         """(name, Spark type) pairs as the lake holds them."""
         return [(n, self.lake_type(n, t)) for n, t in columns]
 
-    def check(self, columns: Sequence[tuple[str, str]], keys: Iterable[str], where: str) -> TableTransforms:
+    def check(self, columns: Sequence[tuple[str, str]], keys: Iterable[str], where: str,
+              in_image: bool = False) -> TableTransforms:
         """These transforms, after raising TransformError for one on a column the table lacks, a text
-        transform on a column that is not text, or anything but `hash` on a key column."""
+        transform on a column that is not text, or anything but `hash` on a key column. `in_image`: a
+        name that is no column is an attribute of the row's JSON image (DynamoDB's `_item`), untyped."""
         types, keys = dict(columns), set(keys)
         for rule in self.rules:
+            if rule.column not in types and in_image:
+                continue
             if rule.column not in types:
                 raise TransformError(
                     f"table {self.table}: {where}.{rule.column}: the table has no column {rule.column!r} "
@@ -227,11 +231,14 @@ class TableTransforms:
                 continue
             image = read(text)
             touched = [c for c in rules if c in image]
-            if not touched:
+            nested = [c for c in IMAGE_COLUMNS if isinstance(image.get(c), str)]  # a before image's `_item`
+            if not touched and not nested:
                 out.append(text)
                 continue
             for c in touched:
                 image[c] = rules[c].value(image[c], raw_types.get(c))
+            for c in nested:
+                image[c] = self._images(c, [image[c]], raw_types)[0]
             out.append(write(image))
         return out
 

@@ -24,6 +24,7 @@ from ingest.sources.dynamodb.positions import batch_key, batch_ordinal
 from ingest.sources.dynamodb.positions import StreamCheckpoint, snapshot_checkpoint
 from ingest.sources.dynamodb.scan import read_segment
 from ingest.sources.dynamodb.types import TableTypes
+from ingest.transforms import TableTransforms
 
 DATA_SOURCE_NAME = "ingest_dynamodb_segments"
 
@@ -64,6 +65,7 @@ class ScanSnapshotWrite:
     segments_per_commit: int
     consistent_read: bool
     page_size: int | None
+    transforms: TableTransforms = TableTransforms("")
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import waves
@@ -75,7 +77,8 @@ class ScanSnapshotWrite:
         started = time.monotonic()
         stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
-        fingerprint = types.fingerprint()
+        transforms = checked(self.transforms, types)
+        fingerprint = types.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
         # a snapshot resumes only with the same segmentation, and on the same stream: a stream replaced
         # mid-snapshot makes its recorded positions meaningless
         resume = resume_point(path, fingerprint, lambda last: last.get("segments_total") == self.segments and
@@ -108,15 +111,16 @@ class ScanSnapshotWrite:
         run = SnapshotCommit(self.source, self.table, snapshot_id, fingerprint, types.key_columns,
                              positions.summary(), pos, wave=wave_no)
         work = commit_waves(path, Waves(run, waves(pending, self.segments_per_commit), read, progress,
-                                        lambda wave, rows: f"{len(done)}/{self.segments} segments, {rows} rows"),
-                            log)
+                                        lambda wave, rows: f"{len(done)}/{self.segments} segments, {rows} rows",
+                                        transforms=transforms), log)
         seconds = time.monotonic() - started
         return {"rows": snapshot_table_rows(spark, path, snapshot_id),
                 "rows_per_second": round(work.rows / max(seconds, 1e-9), 1), "seconds": round(seconds, 2),
                 "snapshot_id": snapshot_id, "segments": self.segments,
                 "resumed": bool(resume), "stream_positions": json.loads(positions.to_metadata()),
                 "log_start_pos": str(pos), "key_columns": list(types.key_columns),
-                "delta_version": table_version(path)}
+                "delta_version": table_version(path),
+                **({"transformed_columns": transforms.metadata()} if transforms else {})}
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class StreamBatchWrite:
     declared: dict[str, str]
     max_records: int
     page_limit: int
+    transforms: TableTransforms = TableTransforms("")
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.bronze import append_changes
@@ -154,18 +159,24 @@ class StreamBatchWrite:
         if stream_arn != start.stream_arn:
             raise stream_replaced(self.source, self.table, stream_arn, start.stream_arn, "the last batch")
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
+        transforms = checked(self.transforms, types)
         log(f"bronze {self.source}/{self.table} batch {self.batch_key}: reading the stream from {start.summary()}")
         batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,
                                   self.max_records, self.page_limit)
         positions = {"start": start.to_metadata(), "end": batch.end.to_metadata(), "records": len(batch.records),
                      "stream": stream_arn}
         meta = append_changes(spark, path, self.source, self.table, self.batch_key, batch.records,
-                              types.spark_columns(), positions, log)
+                              types.spark_columns(), positions, log, transforms)
         newest = max((r.committed_at for r in batch.records if r.committed_at), default=None)
         lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
         return {**meta, "pages": batch.pages, "iterator_refreshes": batch.iterator_refreshes,
                 "shards_finished": len(batch.shards_finished), "lag_seconds": round(lag, 3),
                 "ttl_deletes": sum(r.origin == "ttl" for r in batch.records), "position": batch.end.summary()}
+
+
+def checked(transforms: TableTransforms, types: TableTypes) -> TableTransforms:
+    """A table's transforms checked against its columns; an attribute without one is transformed in `_item`."""
+    return transforms.check(types.spark_columns(), types.key_columns, f"transform.{types.table}", in_image=True)
 
 
 def silver_checkpoint(silver_path: str, snapshot_path: str) -> tuple[StreamCheckpoint, str] | None:
@@ -208,7 +219,7 @@ def keys_changed_since(settings: ClientSettings, source: str, table: str, types:
 
 def reconcile(spark, settings: ClientSettings, source: str, table: str, declared: dict[str, str], silver_path: str,
               snapshot_path: str, *, segments: int, parallelism: int, consistent_read: bool, page_size: int | None,
-              page_limit: int):
+              page_limit: int, transforms: TableTransforms | None = None):
     """Compare silver's live rows with a parallel Scan of the table now. A Scan is no point in time, so
     every key the stream shows changed after silver's position, up to after the Scan, is left to the next
     batch; the key ranges come from a sample of silver's keys (DynamoDB keeps no order across a table)."""
@@ -228,15 +239,22 @@ def reconcile(spark, settings: ClientSettings, source: str, table: str, declared
     if stream_arn != position.stream_arn:
         raise stream_replaced(source, table, stream_arn, position.stream_arn, "silver's last batch")
     types = TableTypes.build(table, desc["KeySchema"], desc["AttributeDefinitions"], declared)
+    transforms = checked(transforms or TableTransforms(table), types)
     keys = [lake_name(k) for k in types.key_columns]
     silver = live_rows(spark.read.format("delta").load(silver_path))
     scan = read_segments_df(spark, settings, table, types, list(range(segments)), segments, consistent_read,
                             page_size, 0).drop("_pos")
     if parallelism < segments:
         scan = scan.coalesce(parallelism)
-    result = compare(lake_columns(scan), silver, [lake_name(n) for n, _ in types.columns], keys,
-                     sampled_boundaries(silver, keys),
-                     lambda: keys_changed_since(settings, source, table, types, position, page_limit),
+
+    def changed_since() -> set[tuple]:
+        names = types.key_columns
+        return {transforms.key(names, k, [None] * len(k))
+                for k in keys_changed_since(settings, source, table, types, position, page_limit)}
+
+    # the ranges are sampled from silver's keys, hashed or not: the scan's rows are transformed alike
+    result = compare(lake_columns(transforms.frame(scan)), silver, [lake_name(n) for n, _ in types.columns], keys,
+                     sampled_boundaries(silver, keys), changed_since,
                      Reconciliation(table, compared_at=label))
     result.seconds = time.monotonic() - started
     return result
