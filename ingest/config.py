@@ -451,6 +451,11 @@ class PostgresSource(_Model):
         if self.tables.history:
             raise ValueError("tables.history: SCD2 history is not available for postgres sources yet (a TOASTed value "
                              "an update did not send would be NULL in a version). Remove it")
+        for table, selection in self.tables.columns.items():
+            if selection.exclude:  # never applied on this kind: say so rather than land the column
+                raise ValueError(f"tables.columns.{table}.exclude: leaving columns out is not available for postgres "
+                                 f"sources yet. Fix: remove it, and keep a column's values out with "
+                                 f"tables.columns.{table}.transform: {{<column>: null}}")
         return self
 
     def slot_name(self, source: str) -> str:

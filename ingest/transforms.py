@@ -123,8 +123,7 @@ def _decimal_json(text: str) -> Any:
 
 def _image_codecs() -> dict[str, tuple[Callable[[str], Any], Callable[[Any], str]]]:
     """How each image column is read and written back, byte for byte as its writer wrote it."""
-    from ingest.lake.bronze import image_json
-    from ingest.sources.dynamodb.deserialize import item_json
+    from ingest.images import image_json, item_json
 
     return {"_before": (json.loads, image_json),
             "_item": (lambda text: json.loads(text, parse_float=_decimal_json, parse_int=_decimal_json), item_json)}

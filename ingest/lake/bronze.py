@@ -12,15 +12,14 @@ older rows. Silver can be rebuilt from bronze alone.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from ingest.changes import UNCHANGED, ChangeOp, ChangeRecord, SourceBatch
+from ingest.images import image_json
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import BronzeCommit
 from ingest.lake.tables import spark_ident
@@ -31,36 +30,6 @@ META_DDL = ("`_op` string, `_pos` decimal(38,0), `_ts` timestamp, `_txid` string
             "`_before` string, `_origin` string")
 META_COLUMNS = ("_op", "_pos", "_ts", "_txid", "_batch", "_before", "_origin", "_unchanged")
 UNCHANGED_COLUMN = "_unchanged"
-
-
-def _json_value(value: Any) -> Any:
-    """What JSON cannot hold as it is: bytes as {"base64": ...}, anything else (DECIMAL, dates) as its text."""
-    if isinstance(value, (bytes, bytearray)):
-        return {"base64": base64.b64encode(bytes(value)).decode()}
-    return str(value)
-
-
-def _image_encoder() -> Callable[[dict[str, Any]], str]:
-    """json.dumps(image, sort_keys=True, default=_json_value), with its C encoder made once: json.dumps
-    with options builds one at every call, a third of the JSON's cost in an update's decoding."""
-    from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
-
-    if c_make_encoder is None:  # a Python without json's C accelerator
-        return json.JSONEncoder(sort_keys=True, default=_json_value).encode
-    # the arguments JSONEncoder.iterencode passes, with json.dumps's defaults (no circular check: flat images)
-    encode = c_make_encoder(None, _json_value, encode_basestring_ascii, None, ": ", ", ", True, False, True)
-    return lambda image: "".join(encode(image, 0))
-
-
-_IMAGE_JSON = _image_encoder()
-
-
-def image_json(image: dict[str, Any] | None) -> str | None:
-    """A before image as JSON, keys sorted; json calls `_json_value` only for the values it cannot write
-    (a walk over every value first was most of an update's cost in bronze)."""
-    if image is None:
-        return None
-    return _IMAGE_JSON(image)
 
 
 def bronze_ddl(columns: Sequence[tuple[str, str]], with_unchanged: bool = False) -> str:

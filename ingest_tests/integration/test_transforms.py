@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 
 from ingest_tests.integration.cdc_harness import HARNESS_CDC, CdcHarness, write_sources
 
@@ -206,7 +206,7 @@ def test_dynamodb_attributes_transformed_in_columns_and_in_item(spark, spark_ser
               "nick": "*" * 11 + f"{i:02d}", "note": ("Chan" if i == 2 else "Note"), "total": digest(f"{i}.50")})
             for i in (1, 2, 4))
         (check,) = [c for c in h.checks if any(k.name == "reconciliation" for k in c.check_keys)]
-        from dagster import AssetCheckKey, AssetKey, AssetSelection, materialize
+        from dagster import AssetCheckKey, AssetSelection, materialize
 
         result = materialize([*h.assets, check], selection=AssetSelection.checks(
             AssetCheckKey(AssetKey(["ddb", table]), "reconciliation")), instance=instance, resources=h.resources)
@@ -222,3 +222,21 @@ def live_silver(spark, path: str) -> list[tuple]:
 
     return [(r["id"], r["total"], r["nick"], json.loads(r["_item"]))
             for r in live_rows(spark.read.format("delta").load(path)).collect()]
+
+
+def test_a_transform_the_table_cannot_take_fails_the_snapshot_before_anything_is_written(
+        spark, mariadb, database, root, tmp_path, monkeypatch):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, n INT)")
+        cur.execute("INSERT INTO t VALUES (1, 2)")
+    for transform, message in (
+            ({"mail": None}, "table t: tables.columns.t.transform.mail: the table has no column 'mail' (it has id, n). "
+                             "Fix: correct the name or remove the transform"),
+            ({"n": {"truncate": 2}}, "truncate applies to text columns, and n is int. Fix: hash or null it instead"),
+            ({"n": {"hash": {"salt_env": "UNSET_TEST_SALT"}}}, "environment variable UNSET_TEST_SALT is not set")):
+        monkeypatch.delenv("UNSET_TEST_SALT", raising=False)
+        sources = write_sources(tmp_path, mariadb.port, database, ["t"], columns={"t": {"transform": transform}})
+        h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral())
+        result = h.run([AssetKey(["src", "t", "snapshot"])], expect_success=False)
+        assert message in h.failure(result)
+        assert not (tmp_path / "lake" / "src" / "t").exists()

@@ -7,7 +7,8 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, strategies as st
 
-from ingest.sources.dynamodb.deserialize import AttributeValueError, from_attribute_value, from_item, item_json
+from ingest.images import item_json
+from ingest.sources.dynamodb.deserialize import AttributeValueError, from_attribute_value, from_item
 from ingest.sources.dynamodb.types import ITEM_COLUMN, TableTypes, ValueTypeError, parse_type
 
 KEYS = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]

@@ -74,7 +74,7 @@ def test_before_image_json_is_json_dumps_with_sorted_keys():
     import json
     from decimal import Decimal
 
-    from ingest.lake.bronze import _json_value, image_json
+    from ingest.images import _json_value, image_json
 
     images = [{}, {"b": 1, "a": None}, {"é": "ü\n\"q\"", "x": -0.0, "y": 1e300, "n": float("nan"), "i": float("-inf")},
               {"t": dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc), "d": Decimal("1E+2"), "z": True, "f": False},

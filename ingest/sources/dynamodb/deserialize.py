@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import base64
 import decimal
-import json
-import json.encoder
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,33 +78,3 @@ def from_item(item: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {name: from_attribute_value(av) for name, av in item.items()}
 
 
-_quote = json.encoder.encode_basestring
-"""A string as JSON, non-ASCII kept: json.dumps(s, ensure_ascii=False), in C and without its setup
-(a quarter of a stream batch's decoding went to json.dumps)."""
-
-
-def item_json(value: Any) -> str:
-    """JSON of a Python item (or any value of one), numbers with their exact digits."""
-    kind = type(value)
-    if kind is str:
-        return _quote(value)
-    if kind is decimal.Decimal:
-        # JSON has no NaN or infinity, and DynamoDB numbers never are either
-        return format(value, "f") if value == value.to_integral_value() else str(value)
-    if kind is dict:
-        return "{" + ",".join(f"{_quote(k)}:{item_json(value[k])}" for k in sorted(value)) + "}"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _quote(value)
-    if isinstance(value, (bytes, bytearray)):
-        return _quote(base64.b64encode(bytes(value)).decode())
-    if isinstance(value, frozenset):
-        return "[" + ",".join(item_json(v) for v in sorted(value)) + "]"
-    if isinstance(value, list):
-        return "[" + ",".join(item_json(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{_quote(k)}:{item_json(value[k])}" for k in sorted(value)) + "}"
-    raise AttributeValueError(f"cannot write {type(value).__name__} as JSON")

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.sources.dynamodb.deserialize import item_json
+from ingest.images import item_json
 
 ITEM_COLUMN = "_item"
 DEFAULT_NUMBER = "decimal(38,9)"
