@@ -7,20 +7,18 @@
 #}
 {% macro register_silver_tables() %}
   {% if execute %}
-  {% set lake_root = var('lake_root', env_var('INGEST_LAKE_ROOT', '../.local/lake')) %}
   {% for node in graph.sources.values() %}
     {% set ingest = node.meta.get('ingest', {}) %}
-    {% set lake_source = ingest.get('source', node.source_name) %}
-    {% set lake_table = ingest.get('lake_table', node.name) %}
+    {% set path = silver_path(ingest.get('source', node.source_name), ingest.get('lake_table', node.name)) %}
     {% do run_query("create database if not exists " ~ node.schema) %}
     {% do run_query("create or replace view " ~ node.schema ~ "." ~ node.name ~ " as select * from delta.`"
-                    ~ lake_root ~ "/" ~ lake_source ~ "/" ~ lake_table ~ "/silver`") %}
+                    ~ path ~ "`") %}
   {% endfor %}
   {% endif %}
 {% endmacro %}
 
 {#
-  A table model (written under location_root) whose name the catalog still ties to another
+  A table or incremental model (written under location_root) whose name the catalog still ties to another
   location, e.g. another lake served by the same Spark server, is unregistered first: its
   CREATE OR REPLACE would fail on the mismatch. The table is external (it has a location), so
   DROP TABLE forgets the name and leaves the files.
@@ -28,7 +26,8 @@
 {% macro release_moved_models() %}
   {% if execute %}
   {% for node in graph.nodes.values() %}
-    {% if node.resource_type == 'model' and node.config.materialized == 'table' and node.config.location_root %}
+    {% if node.resource_type == 'model' and node.config.materialized in ('table', 'incremental')
+          and node.config.location_root %}
       {% set name = node.schema ~ "." ~ node.alias %}
       {% do run_query("create database if not exists " ~ node.schema) %}
       {% if run_query("show tables in " ~ node.schema ~ " like '" ~ node.alias ~ "'") | length > 0 %}
@@ -36,7 +35,10 @@
         {% set wanted = node.config.location_root ~ "/" ~ node.alias %}
         {% if registered.split(':', 1)[-1].strip('/') != wanted.split(':', 1)[-1].strip('/') %}
           {% do log("dbt table " ~ name ~ " was registered at " ~ registered ~ "; registering it at " ~ wanted, info=true) %}
-          {% do run_query("drop table " ~ name) %}
+          {# through the adapter, so that dbt's cache of relations forgets it too: an incremental model
+             then builds afresh instead of merging into a table no longer there #}
+          {% do adapter.drop_relation(api.Relation.create(schema=node.schema, identifier=node.alias,
+                                                          type='table')) %}
         {% endif %}
       {% endif %}
     {% endif %}

@@ -28,6 +28,10 @@ NARROW_MAX_KEYS = 10_000
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
 DELETION_VECTORS = "delta.enableDeletionVectors"
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+"""Silver and history record Delta's change data feed (readers: Spark's `table_changes`, delta-rs's
+`load_cdf`), so that what reads them can take only what changed since it last did (dbt_project's
+incremental model). A writer-only table feature: every Delta reader still opens the tables."""
 # Every ordered merge's commit names the columns it merges by (lake names, in key order): the maintenance
 # job re-clusters silver by them (lake/maintenance.py `recluster`) without asking the source.
 MERGE_KEYS = "merge_keys"
@@ -161,7 +165,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     metadata = {**metadata, MERGE_KEYS: keys}
     if not is_delta_table(path):
         rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
-        return append(rows, path, metadata, txn, properties={DELETION_VECTORS: "true"} if deletion_vectors else None,
+        return append(rows, path, metadata, txn,
+                      properties={**CHANGE_FEED, **({DELETION_VECTORS: "true"} if deletion_vectors else {})},
                       max_rows_per_file=file_rows)
     if deletion_vectors:
         enable_deletion_vectors(spark, path)

@@ -114,3 +114,25 @@ def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_o
         (merge.metrics, ranges)  # only the files the batch's keys fall in
     got = {r["id"]: r["v"] for r in spark.read.format("delta").load(path).collect()}
     assert got == {k: "new" if k >= 2950 else "old" for k in range(3010)}
+
+
+def test_silver_records_a_change_feed_spark_and_delta_rs_read(spark, tmp_path):
+    """Silver made by the ordered merge records Delta's change data feed: Spark's table_changes and
+    delta-rs's load_cdf both read a batch's update, insert and tombstone (an update setting `_deleted`)."""
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "silver")
+    ordered_merge(spark, path, spark.createDataFrame([(1, "a", Decimal(1), False), (2, "b", Decimal(1), False)],
+                                                     SCHEMA), ["id"], {"kind": "silver"}, Txn("cdf", 0))
+    ordered_merge(spark, path, spark.createDataFrame([(1, "a2", Decimal(2), False), (2, "b", Decimal(2), True),
+                                                      (3, "c", Decimal(2), False)], SCHEMA),
+                  ["id"], {"kind": "silver"}, Txn("cdf", 1))
+    by_spark = sorted((r["id"], r["v"], r["_deleted"], r["_change_type"]) for r in spark.sql(
+        f"SELECT * FROM table_changes_by_path('{path}', 1)").collect())
+    expected = [(1, "a", False, "update_preimage"), (1, "a2", False, "update_postimage"),
+                (2, "b", False, "update_preimage"), (2, "b", True, "update_postimage"), (3, "c", False, "insert")]
+    assert by_spark == expected
+    import pyarrow as pa
+
+    changes = pa.table(DeltaTable(path).load_cdf(starting_version=1).read_all()).to_pylist()
+    assert sorted((r["id"], r["v"], r["_deleted"], r["_change_type"]) for r in changes) == expected
