@@ -76,7 +76,36 @@ class SnapshotSettings(_Model):
     per wave here, what a failure can cost again."""
 
 
+class FreshnessPolicySettings(_Model):
+    fail_after_seconds: Annotated[int, Field(ge=60)]
+    """Dagster shows a silver table (and the batch log) stale when it was last materialized longer ago."""
+    warn_after_seconds: Annotated[int, Field(ge=60)] | None = None
+    """Dagster warns when it was last materialized longer ago than this (less than fail_after_seconds)."""
+
+    @model_validator(mode="after")
+    def _warn_first(self) -> FreshnessPolicySettings:
+        if self.warn_after_seconds is not None and self.warn_after_seconds >= self.fail_after_seconds:
+            raise ValueError(f"warn_after_seconds ({self.warn_after_seconds}) must be less than fail_after_seconds "
+                             f"({self.fail_after_seconds})")
+        return self
+
+    def policy(self):
+        """Dagster's time-window FreshnessPolicy."""
+        import datetime as dt
+
+        from dagster import FreshnessPolicy
+
+        warn = self.warn_after_seconds
+        return FreshnessPolicy.time_window(fail_window=dt.timedelta(seconds=self.fail_after_seconds),
+                                           warn_window=dt.timedelta(seconds=warn) if warn else None)
+
+
 class BatchRetries(_Model):
+    freshness_policy: FreshnessPolicySettings | None = None
+    """Dagster's freshness policy for the source's silver tables and batch log (the UI's fresh/stale, and
+    alerts on it). Dagster judges it by the last materialization: a table no batch changed within the
+    window shows stale although it is current, so set it where tables change at least that often; the
+    `freshness` check tells a quiet table from one that is behind."""
     max_batch_attempts: Annotated[int, Field(ge=1, le=100)] = 5
     """Runs of one change batch before the sensor stops the source and says so (it never skips a batch)."""
     retry_backoff_seconds: Annotated[int, Field(ge=0, le=86_400)] = 10

@@ -26,7 +26,20 @@ def build_source_defs(config: SourcesConfig, lake_root: str | None = None) -> li
             out.append(SourceDefs(assets, sensor, [*log_checks, *batch_checks(name, source, list(source.tables))]))
         elif isinstance(source, MySQLSource):
             out.append(build_mysql_defs(name, source, config, lake_root))
+        if source.cdc.freshness_policy is not None:
+            out[-1] = out[-1]._replace(assets=with_freshness_policy(out[-1].assets, source.cdc.freshness_policy.policy()))
     return out
+
+
+FRESHNESS_LAYERS = ("silver", "batch_log")
+
+
+def with_freshness_policy(assets, policy):
+    """The source's silver and batch log assets with Dagster's `policy` (every kind's, in one place)."""
+    from dagster import map_asset_specs
+
+    return map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=policy)
+                           if spec.metadata.get("lake/layer") in FRESHNESS_LAYERS else spec, assets)
 
 
 def build_assets(config: SourcesConfig) -> list[AssetsDefinition]:
