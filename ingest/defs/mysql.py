@@ -123,9 +123,8 @@ def check_history(name: str, source: MySQLSource, tables: list[str], config: Sou
 def checked_transforms(source: MySQLSource, schema):
     """The table's column transforms, salts resolved and checked against its columns, before anything is
     read or written (TransformError / MissingSecret name the table, the column and the fix)."""
-    return source.transforms(schema.table).check(
-        [(c.name, t.spark) for c, t in zip(schema.columns, schema.delta_types())], schema.primary_key,
-        f"tables.columns.{schema.table}.transform")
+    return source.transforms(schema.table).check(schema.lake_columns(), schema.primary_key,
+                                                 f"tables.columns.{schema.table}.transform")
 
 
 def excluded_metadata(source: MySQLSource, table: str) -> dict:

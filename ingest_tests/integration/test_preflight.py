@@ -25,6 +25,7 @@ def test_check_names_settings_grants_anonymous_users_keys_and_missing_tables(mis
         cur.execute("CREATE DATABASE shop")
         cur.execute("CREATE TABLE shop.ok (id INT PRIMARY KEY, loc POINT, u UUID)")
         cur.execute("CREATE TABLE shop.nokey (a INT)")
+        cur.execute("CREATE TABLE shop.pii (id INT PRIMARY KEY, n INT)")  # its transform names a missing column
         cur.execute("CREATE USER 'weak'@'%' IDENTIFIED BY 'pw'")  # as docs/deployment.md's grant steps do
         cur.execute("GRANT SELECT ON shop.* TO 'weak'@'%'")  # no replication privileges
         # what mariadb-install-db leaves for 'localhost'; this server skips name resolution, so the
@@ -33,9 +34,11 @@ def test_check_names_settings_grants_anonymous_users_keys_and_missing_tables(mis
     sources = tmp_path / "sources.yaml"
     sources.write_text(yaml.safe_dump({"sources": {"shop": {
         "host": "127.0.0.1", "port": misconfigured.port, "user": "weak", "password_env": "CHECK_TEST_PW",
-        "database": "shop", "tables": {"include": ["ok", "nokey", "gone"],
-                                       "columns": {"ok": {"exclude": ["loc"]}}}}}}))
+        "database": "shop", "tables": {"include": ["ok", "nokey", "gone", "pii"],
+                                       "columns": {"ok": {"exclude": ["loc"]},
+                                                   "pii": {"transform": {"mail": {"hash": {"salt_env": "CHECK_SALT"}}}}}}}}}))
     monkeypatch.setenv("CHECK_TEST_PW", "pw")
+    monkeypatch.setenv("CHECK_SALT", "salt")
 
     # the anonymous account wins over 'weak'@'%' for logins from its host: nothing else can be checked
     assert main(["--sources", str(sources), "check"]) == 1
@@ -54,7 +57,9 @@ def test_check_names_settings_grants_anonymous_users_keys_and_missing_tables(mis
     assert lines["FAIL  shop.nokey"].endswith("Fix: add a primary key to the table, or exclude it (tables.exclude)")
     assert "does not exist" in lines["FAIL  shop.gone"]
     assert lines["ok    shop.ok"].endswith("2 columns, primary key (id), leaving out loc")
-    assert out.strip().endswith("4 problem(s)")
+    assert lines["FAIL  shop.pii"].endswith("tables.columns.pii.transform.mail: the table has no column 'mail' "
+                                            "(it has id, n). Fix: correct the name or remove the transform")
+    assert out.strip().endswith("5 problem(s)")
 
     # the same server, fixed: the check passes
     with misconfigured.connect() as conn, conn.cursor() as cur:
@@ -63,5 +68,7 @@ def test_check_names_settings_grants_anonymous_users_keys_and_missing_tables(mis
         cur.execute("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'weak'@'%'")
         cur.execute("ALTER TABLE shop.nokey ADD PRIMARY KEY (a)")
         cur.execute("CREATE TABLE shop.gone (id INT PRIMARY KEY)")
+        cur.execute("ALTER TABLE shop.pii ADD COLUMN mail TEXT")
     assert main(["--sources", str(sources), "check"]) == 0
-    assert capsys.readouterr().out.strip().endswith("all checks passed")
+    out = capsys.readouterr().out
+    assert out.strip().endswith("all checks passed") and "3 columns, primary key (id), transforming mail" in out

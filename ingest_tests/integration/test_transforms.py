@@ -64,7 +64,7 @@ def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_se
         for k, (e, p, b, s, a) in raw.items():
             cur.execute("INSERT INTO people VALUES (%s, %s, %s, %s, %s, %s, 'Oslo')", (k, e, p, b, s, a))
     sources = write_sources(tmp_path, mariadb.port, database, ["people"],
-                            columns={"people": {"transform": TRANSFORMS}})
+                            columns={"people": {"transform": TRANSFORMS}}, history=["people"])
     (tmp_path / "dagster").mkdir()
     h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.local_temp(str(tmp_path / "dagster")))
     h.snapshot()
@@ -78,7 +78,7 @@ def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_se
         cur.execute("DELETE FROM people WHERE id = 2")
         cur.execute("UPDATE people SET bio = %s WHERE id = 3", (f"Longer {marker}",))
     big = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["people"],
-                                          columns={"people": {"transform": TRANSFORMS}},
+                                          columns={"people": {"transform": TRANSFORMS}}, history=["people"],
                                           cdc={"executor_min_bytes": 0}),
                      tmp_path / "lake", h.instance)
     assert big.sync() is not None
@@ -95,6 +95,9 @@ def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_se
     assert befores[0]["ssn"] is None and befores[0]["phone"] == masked(raw[1][1])
     assert dict(bronze.dtypes)["email"] == "string" and dict(bronze.dtypes)["amount"] == "string"
 
+    history = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "people" / "history"))
+    assert sorted(r["email"] for r in history.where("id = 1").collect()) == sorted(
+        [digest(raw[1][0]), digest(f"ann2-{marker}@example.com")])  # both versions of the key, hashed
     evaluation = h.check("people")
     assert evaluation.passed, evaluation.metadata
     assert_no_marker_written(marker, tmp_path, spark_server, sources)

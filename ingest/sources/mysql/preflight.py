@@ -107,6 +107,7 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
     from ingest.sources.mysql.errors import MySQLSourceError, NoPrimaryKey, TableNotFound
     from ingest.sources.mysql.schema import connection_params, describe_tables, list_tables
     from ingest.sources.mysql.types import MySQLColumn
+    from ingest.transforms import TransformError
 
     subject = f"source {name}"
     try:
@@ -175,6 +176,13 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
                 findings.extend(column_findings(table, columns, excluded))
                 continue
             note = f", leaving out {', '.join(schema.excluded)}" if schema.excluded else ""
+            try:  # what the snapshot and the batches check before reading the table
+                transforms = source.transforms(table).check(schema.lake_columns(), schema.primary_key,
+                                                            f"tables.columns.{table}.transform")
+            except (TransformError, MissingSecret) as exc:
+                findings.append(Finding(FAIL, ref, str(exc)))
+                continue
+            note += f", transforming {', '.join(transforms.by_column())}" if transforms else ""
             findings.append(Finding(OK, ref, f"{len(schema.columns)} columns, primary key "
                                              f"({', '.join(schema.primary_key)}){note}"))
     return findings

@@ -131,6 +131,10 @@ class TableSchema:
     def delta_types(self) -> list[ColumnType]:
         return [column_type(c, self.table) for c in self.columns]
 
+    def lake_columns(self) -> list[tuple[str, str]]:
+        """(name, Spark type) of each column as the type contract lands it."""
+        return [(c.name, t.spark) for c, t in zip(self.columns, self.delta_types())]
+
     def fingerprint(self) -> str:
         """Columns, types and key; a snapshot cannot resume across a change of this."""
         return ";".join(f"{c.name}:{c.column_type}" for c in self.columns) + f";key:{','.join(self.primary_key)}"
