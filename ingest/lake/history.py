@@ -147,13 +147,13 @@ def merge_history(spark, path: str, versions, keys: Sequence[str], truncates: Se
     """Insert `versions` (data columns, `_valid_from`, `_valid_from_ts`, `_deleted`) into the history at
     `path` and recompute the intervals of the keys they touch. True when it committed."""
     from ingest.lake.columns import lake_name
-    from ingest.lake.merge import CHANGE_FEED
+    from ingest.lake.merge import change_feed_for
     from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
 
     versions, keys = lake_columns(versions), [lake_name(k) for k in keys]
     if not is_delta_table(path):
         outcome = append(with_intervals(versions.dropDuplicates([*keys, FROM]), keys, truncates), path, metadata, txn,
-                         properties=CHANGE_FEED)
+                         properties=change_feed_for(versions.columns))
         return outcome.committed
     widen_for(spark, versions, path)
     history = spark.read.format("delta").load(path)

@@ -32,6 +32,13 @@ CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
 """Silver and history record Delta's change data feed (readers: Spark's `table_changes`, delta-rs's
 `load_cdf`), so that what reads them can take only what changed since it last did (dbt_project's
 incremental model). A writer-only table feature: every Delta reader still opens the tables."""
+
+
+def change_feed_for(columns: Sequence[str]) -> dict[str, str]:
+    """CHANGE_FEED for a table of these columns, or nothing when a name holds a backtick: Delta 4.4's
+    MERGE builds the feed's rows by parsing `packedCdc.<name>` unquoted and fails on such a name
+    (INVALID_ATTRIBUTE_NAME_SYNTAX), so that table lands without a feed."""
+    return {} if any("`" in c for c in columns) else CHANGE_FEED
 # Every ordered merge's commit names the columns it merges by (lake names, in key order): the maintenance
 # job re-clusters silver by them (lake/maintenance.py `recluster`) without asking the source.
 MERGE_KEYS = "merge_keys"
@@ -166,7 +173,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     if not is_delta_table(path):
         rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
         return append(rows, path, metadata, txn,
-                      properties={**CHANGE_FEED, **({DELETION_VECTORS: "true"} if deletion_vectors else {})},
+                      properties={**change_feed_for(rows.columns),
+                                  **({DELETION_VECTORS: "true"} if deletion_vectors else {})},
                       max_rows_per_file=file_rows)
     if deletion_vectors:
         enable_deletion_vectors(spark, path)
