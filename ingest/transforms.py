@@ -90,6 +90,8 @@ def canonical(value: Any, arrow_type=None) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if arrow_type is not None:
+        if pa.types.is_binary(arrow_type) and isinstance(value, str):  # DynamoDB's `_item` writes binary as base64
+            return base64.b64decode(value)
         if pa.types.is_decimal(arrow_type):
             return format(Decimal(str(value)).quantize(Decimal(1).scaleb(-arrow_type.scale)), "f").encode()
         if pa.types.is_timestamp(arrow_type):

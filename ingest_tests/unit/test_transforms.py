@@ -117,3 +117,10 @@ def test_a_postgres_source_refuses_excluded_columns_it_would_not_leave_out():
     with pytest.raises(ConfigError, match=r"tables.columns.t.exclude: leaving columns out is not available for "
                                           r"postgres sources yet. Fix: .*transform: \{<column>: null\}"):
         parse_config(raw)
+
+
+def test_a_binary_attribute_hashes_alike_in_its_column_and_in_the_item():
+    t = table(Rule("blob", HASH, salt=SALT))
+    item = item_json({"id": "k", "blob": b"\x00\xff"})  # DynamoDB's items hold binary as base64 text
+    out = t.apply(pa.table({"blob": pa.array([b"\x00\xff"], pa.binary()), "_item": [item]})).to_pylist()[0]
+    assert out["blob"] == sha(b"\x00\xff") == json.loads(out["_item"])["blob"]
