@@ -118,17 +118,13 @@ def canonical(value: Any, arrow_type=None) -> bytes:
     return str(value).encode()
 
 
-def _decimal_json(text: str) -> Any:
-    """A JSON number as DynamoDB's items hold them."""
-    return Decimal(text)
-
-
 def _image_codecs() -> dict[str, tuple[Callable[[str], Any], Callable[[Any], str]]]:
     """How each image column is read and written back, byte for byte as its writer wrote it."""
     from ingest.images import image_json, item_json
 
     return {"_before": (json.loads, image_json),
-            "_item": (lambda text: json.loads(text, parse_float=_decimal_json, parse_int=_decimal_json), item_json)}
+            # numbers as DynamoDB's items hold them: Decimal, every digit kept
+            "_item": (lambda text: json.loads(text, parse_float=Decimal, parse_int=Decimal), item_json)}
 
 
 @dataclass(frozen=True)
