@@ -246,6 +246,13 @@ class TableSelection(_Model):
     """Tables (names or glob patterns) that also keep an SCD2 history: a `<source>/<table>/history` asset
     with one row per version of a key (see ingest/lake/history.py). The table needs a primary key."""
 
+    where: dict[str, str] = {}
+    """Row filters, by table name: a predicate in the source's own SQL over the table's columns, e.g.
+    `{orders: "region = 'EU' AND NOT test"}`. Only rows it holds for land: the snapshot reads only those,
+    and the source evaluates it on each change's images (see ingest/filters.py): a row an update moves out
+    becomes a delete in silver, one it moves in an insert. Reconciliation compares only those rows.
+    mysql sources only for now (a postgres source refuses it at load)."""
+
     deletion_vectors: list[str] = []
     """Tables (names or glob patterns) whose silver writes Delta deletion vectors: a small batch into a
     large table then writes its changed rows instead of rewriting every file a key falls in. Off by
@@ -267,6 +274,23 @@ class TableSelection(_Model):
         selection = self.columns.get(table)
         return resolve_transforms(table, selection.transform if selection else {},
                                   f"tables.columns.{table}.transform")
+
+    def row_filter(self, table: str):
+        """The table's row filter (ingest/filters.py), or None."""
+        from ingest.filters import RowFilter
+
+        where = self.where.get(table)
+        return RowFilter(table, where.strip()) if where else None
+
+    @field_validator("where")
+    @classmethod
+    def _predicates(cls, value: dict[str, str]) -> dict[str, str]:
+        for table, where in value.items():
+            if not where.strip():
+                raise ValueError(f"{table}: the filter is empty. Fix: give a predicate, or remove the table's entry")
+            if ";" in where:
+                raise ValueError(f"{table}: a filter is one predicate, without ';'. Fix: remove the ';'")
+        return value
 
     @field_validator("include", "exclude", "history", "deletion_vectors")
     @classmethod
@@ -485,6 +509,9 @@ class PostgresSource(_Model):
                 raise ValueError(f"tables.columns.{table}.exclude: leaving columns out is not available for postgres "
                                  f"sources yet. Fix: remove it, and keep a column's values out with "
                                  f"tables.columns.{table}.transform: {{<column>: null}}")
+        if self.tables.where:  # never applied on this kind: say so rather than land every row
+            raise ValueError(f"tables.where: row filters are not available for postgres sources yet "
+                             f"({', '.join(self.tables.where)}). Fix: remove them; a mysql source filters rows")
         return self
 
     def slot_name(self, source: str) -> str:

@@ -30,7 +30,7 @@ def silver_position(silver_path: str, basename: str) -> BinlogPosition | None:
 
 
 def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, parallelism: int,
-              transforms=None) -> Reconciliation:
+              transforms=None, row_filter=None) -> Reconciliation:
     """Compare silver's live rows with the source's rows now, leaving out keys changed since silver's position.
     With column `transforms`, the source's rows are compared as the lake holds them (transformed); a
     hashed key has no order in common with the source's, so the table is then one range."""
@@ -64,7 +64,7 @@ def reconcile(spark, params, schema, silver_path: str, *, chunk_size: int, paral
 
     silver = live_rows(spark.read.format("delta").load(silver_path))
     with jdbc_driver(DRIVER, "MariaDB"):
-        source = read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism)
+        source = read_chunks_df(spark, params, schema, plan_chunks(chunk_plan), parallelism, row_filter)
         if transforms:
             source = transforms.frame(source)
         if transforms and any(map(transforms.hashes, schema.primary_key)):

@@ -18,6 +18,7 @@ from typing import Any
 from ingest.sources.mysql.chunks import Chunk, key_from_json, key_to_json, plan_chunks
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import ConnectionParams, TableSchema
+from ingest.filters import RowFilter, predicate
 from ingest.transforms import TableTransforms
 from ingest.sources.mysql.snapshot import (
     ShapeChanged, check_shape, plan_boundaries, read_chunk_group, retry_wave,
@@ -35,33 +36,41 @@ def snapshot_ddl(schema: TableSchema) -> str:
     return ", ".join([*cols, "`_pos` decimal(38,0)"])
 
 
-def read_chunks_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk], parallelism: int):
-    """A DataFrame over `chunks`, read by at most `parallelism` connections at once: Spark's JDBC reader
-    where every column has a JDBC form (ingest/sources/mysql/jdbc.py), the Python data source otherwise."""
+def read_chunks_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk], parallelism: int,
+                   row_filter: RowFilter | None = None):
+    """A DataFrame over `chunks` (only the rows `row_filter` holds for), read by at most `parallelism`
+    connections at once: Spark's JDBC reader where every column has a JDBC form
+    (ingest/sources/mysql/jdbc.py), the Python data source otherwise."""
     from ingest.sources.mysql.jdbc import jdbc_columns
 
     columns = jdbc_columns(schema.columns, schema.table)
     if columns is None:
-        return read_chunks_python_df(spark, params, schema, chunks, parallelism)
-    return read_chunks_jdbc_df(spark, params, schema, chunks, parallelism, columns)
+        return read_chunks_python_df(spark, params, schema, chunks, parallelism, row_filter)
+    return read_chunks_jdbc_df(spark, params, schema, chunks, parallelism, columns, row_filter)
 
 
 def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk],
-                        parallelism: int, columns):
+                        parallelism: int, columns, row_filter: RowFilter | None = None):
     """One Spark partition per chunk, each its own connection and consistent snapshot; coalesced so
     that at most `parallelism` read at once."""
     from ingest.lake.tables import spark_ident
+    from ingest.sources.mysql.filters import captured_rows
     from ingest.sources.mysql.jdbc import (
         DRIVER, POSITION_COLUMN, SESSION_INIT, chunk_predicate, chunk_table, jdbc_url,
     )
 
     key = list(schema.primary_key)
+    # the filter over the captured columns, in a derived table of its own: the key ranges still reach the
+    # table's index (the server merges derived tables), and no name of ours can clash with the predicate's
+    rows = (f"(SELECT * FROM {captured_rows(schema.database, schema.table, schema.columns)} AS `_f` "
+            f"WHERE {predicate(row_filter.where)})" if row_filter else None)
     # fetchsize: rows the driver buffers per connection. A task reads its chunks one after another, and
     # a finished chunk's closed result set stays reachable (with its last buffer) until the task ends:
     # with 10,000, the live heap in the middle of a 64-chunk wave held 29 such buffers and 94 MiB of byte
     # arrays; with 1,000, no buffers worth listing and 49-67 MiB (most of it the JVM's own strings).
     df = spark.read.jdbc(
-        jdbc_url(params.host, params.port, params.database), chunk_table(schema.database, schema.table, columns, key),
+        jdbc_url(params.host, params.port, params.database),
+        chunk_table(schema.database, schema.table, columns, key, rows),
         predicates=[chunk_predicate(key, c) for c in chunks],
         properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "1000",
                     "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000)})
@@ -70,7 +79,7 @@ def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, ch
 
 
 def read_chunks_python_df(spark, params: ConnectionParams, schema: TableSchema, chunks: list[Chunk],
-                          parallelism: int):
+                          parallelism: int, row_filter: RowFilter | None = None):
     """The chunks through the project's Python data source (ingest/sources/mysql/snapshot.py)."""
     from ingest.lake.datasource import register_reader
 
@@ -83,6 +92,7 @@ def read_chunks_python_df(spark, params: ConnectionParams, schema: TableSchema, 
                  "connect_timeout": params.connect_timeout},
         "database": schema.database, "table": schema.table, "key": list(schema.primary_key),
         "columns": [c.__dict__ for c in schema.columns], "groups": groups,
+        **({"where": row_filter.where} if row_filter else {}),
     }
     # "password" is an option name Spark redacts in plans and the UI.
     return (spark.read.format(DATA_SOURCE_NAME).option("ddl", snapshot_ddl(schema))
@@ -113,7 +123,8 @@ class SnapshotShapeUnstable(RuntimeError):
 
 def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                  chunk_size: int, parallelism: int, chunks_per_commit: int,
-                 log: Callable[[str], None] = print, transforms: TableTransforms | None = None) -> SnapshotProgress:
+                 log: Callable[[str], None] = print, transforms: TableTransforms | None = None,
+                 row_filter: RowFilter | None = None) -> SnapshotProgress:
     """Snapshot one table into the Delta table at `path`, resuming an unfinished snapshot.
 
     DDL on the table while it is read (a column added, dropped or retyped, a
@@ -126,7 +137,7 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
     while True:
         try:
             progress = _snapshot_once(spark, params, schema, path, source=source, chunk_size=chunk_size,
-                                      transforms=transforms,
+                                      transforms=transforms, row_filter=row_filter,
                                       parallelism=parallelism, chunks_per_commit=chunks_per_commit, log=log)
             progress.shape_restarts = restarts
             return progress
@@ -144,7 +155,8 @@ def run_snapshot(spark, params: ConnectionParams, schema: TableSchema, path: str
 
 def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: str, *, source: str,
                    chunk_size: int, parallelism: int, chunks_per_commit: int,
-                   log: Callable[[str], None], transforms: TableTransforms | None = None) -> SnapshotProgress:
+                   log: Callable[[str], None], transforms: TableTransforms | None = None,
+                   row_filter: RowFilter | None = None) -> SnapshotProgress:
     from ingest.lake.commits import waves
     from ingest.lake.connect import jdbc_driver
     from ingest.lake.snapshot import SnapshotCommit, Waves, commit_waves, resume_point
@@ -153,8 +165,9 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
 
     started = time.monotonic()
     fingerprint = schema.fingerprint()
-    # waves written under other transforms never mix with these
-    shape = fingerprint + (f";transforms:{transforms.metadata()}" if transforms else "")
+    # waves written under other transforms or another filter never mix with these
+    shape = (fingerprint + (f";transforms:{transforms.metadata()}" if transforms else "")
+             + (row_filter.shape() if row_filter else ""))
     resume = resume_point(path, shape)
     conn = params.connect()
     try:
@@ -200,7 +213,7 @@ def _snapshot_once(spark, params: ConnectionParams, schema: TableSchema, path: s
     with jdbc_driver(DRIVER, "MariaDB"):
         done = commit_waves(path, Waves(
             run, waves(chunks, chunks_per_commit),
-            lambda wave: read_chunks_df(spark, params, schema, wave, parallelism),
+            lambda wave: read_chunks_df(spark, params, schema, wave, parallelism, row_filter),
             lambda wave: {"key_hi": key_to_json(wave[-1].hi), "chunks_done": wave[-1].index + 1,
                           "chunks_total": progress.chunks_total},
             said, write, transforms), log)
@@ -222,6 +235,7 @@ class SnapshotWrite:
     parallelism: int
     chunks_per_commit: int
     transforms: TableTransforms | None = None
+    row_filter: RowFilter | None = None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -231,7 +245,7 @@ class SnapshotWrite:
         progress = run_snapshot(
             spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,
             parallelism=self.parallelism, chunks_per_commit=self.chunks_per_commit, log=log,
-            transforms=self.transforms,
+            transforms=self.transforms, row_filter=self.row_filter,
         )
         df = spark.read.format("delta").load(path)
         stats = df.agg(F.count(F.lit(1)).alias("rows"), F.min("_pos").alias("lo"), F.max("_pos").alias("hi")).first()
@@ -252,6 +266,8 @@ class SnapshotWrite:
             meta["excluded_columns"] = list(self.schema.excluded)
         if self.transforms:
             meta["transformed_columns"] = self.transforms.metadata()
+        if self.row_filter:
+            meta["row_filter"] = self.row_filter.where
         if stats["lo"] is not None:
             meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
             meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()

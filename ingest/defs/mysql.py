@@ -20,6 +20,7 @@ from ingest.sources.mysql.errors import NoPrimaryKey, UnsupportedColumnType
 from ingest.sources.mysql.events import CapturedTable
 from ingest.sources.mysql.positions import BinlogPosition
 from ingest.sources.mysql.schema import connection_params, describe_table, describe_tables, list_tables
+from ingest.sources.mysql.filters import RowFilterError, filter_batch
 from ingest.transforms import TransformError
 
 KINDS_MYSQL = {"mysql", "delta", "spark"}
@@ -77,12 +78,14 @@ def snapshot_asset(name: str, source: MySQLSource, table: str, config: SourcesCo
         params = connection_params(source)
         with params.connect() as conn:
             schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
+            row_filter = checked_filter(conn, source, schema)
         transforms = checked_transforms(source, schema)
         context.log.info(f"{table}: {len(schema.columns)} columns, primary key {list(schema.primary_key)}"
                          + (f", leaving out {list(schema.excluded)}" if schema.excluded else "")
-                         + (f", transforming {transforms.metadata()}" if transforms else ""))
+                         + (f", transforming {transforms.metadata()}" if transforms else "")
+                         + (f", rows where {row_filter.where}" if row_filter else ""))
         return SnapshotWrite(name, params, schema, settings.chunk_size, settings.parallelism,
-                             settings.chunks_per_commit, transforms)
+                             settings.chunks_per_commit, transforms, row_filter)
 
     return _snapshot
 
@@ -127,10 +130,25 @@ def checked_transforms(source: MySQLSource, schema):
                                                  f"tables.columns.{schema.table}.transform")
 
 
+def checked_filter(conn, source: MySQLSource, schema):
+    """The table's row filter, planned by the server over the captured columns before anything is read or
+    written (RowFilterError names the table, the problem and the fix), or None."""
+    from ingest.sources.mysql.filters import check_filter
+
+    row_filter = source.tables.row_filter(schema.table)
+    if row_filter:
+        check_filter(conn, schema.database, schema.table, schema.columns, row_filter, schema.excluded)
+    return row_filter
+
+
 def excluded_metadata(source: MySQLSource, table: str) -> dict:
     """The columns the config leaves out, shown on the table's assets."""
     excluded = sorted(source.tables.excluded_columns(table))
     return {"excluded_columns": ", ".join(excluded)} if excluded else {}
+
+
+UNSLICED = 2**62
+"""parallel_min_bytes that no batch reaches: every batch decoded in the run."""
 
 
 def batch_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
@@ -141,34 +159,41 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
 
         def once():
             skipped: dict[str, str] = {}
-            captured, transforms = {}, {}
+            captured, transforms, schemas, filters = {}, {}, {}, {}
             with params.connect() as conn:
                 existing = set(list_tables(conn, source.database))
                 described = describe_tables(conn, source.database, [t for t in tables if t in existing],
                                             source.tables.excluded_columns,
                                             lambda t: f"{config.path}: sources.{name}.tables.include ({t})")
-            for t, schema in described.items():
-                if isinstance(schema, (NoPrimaryKey, UnsupportedColumnType)):
-                    skipped[t] = str(schema)  # this table waits for a fix; the others go on
-                elif isinstance(schema, Exception):
-                    raise schema  # e.g. dropped since the list: the batch runs again
-                else:
-                    try:
-                        transforms[t] = checked_transforms(source, schema)
-                    except TransformError as exc:
-                        skipped[t] = str(exc)  # as a column type: this table waits for a fix of the file
-                        continue
-                    captured[t] = schema.captured()
+                for t, schema in described.items():
+                    if isinstance(schema, (NoPrimaryKey, UnsupportedColumnType)):
+                        skipped[t] = str(schema)  # this table waits for a fix; the others go on
+                    elif isinstance(schema, Exception):
+                        raise schema  # e.g. dropped since the list: the batch runs again
+                    else:
+                        try:
+                            transforms[t] = checked_transforms(source, schema)
+                            if row_filter := checked_filter(conn, source, schema):
+                                filters[t] = row_filter
+                        except (TransformError, RowFilterError) as exc:
+                            skipped[t] = str(exc)  # as a column type: this table waits for a fix of the file
+                            continue
+                        captured[t] = schema.captured()
+                        schemas[t] = schema
             for t in tables:
                 if t not in existing:  # dropped since: its snapshot remembers the key; the DROP empties silver
                     recorded = latest_metadata(context.instance, table_key(name, t, "snapshot")).get("key_columns")
                     if recorded:
                         captured[t] = CapturedTable(tuple(recorded.value), source.tables.excluded_columns(t))
                         transforms[t] = source.transforms(t)
-            return read_change_batch(params, name, batch, captured, all_tables=tables,
-                                     previous_server_id=last_server_id(context.instance, name, tables),
-                                     skipped=skipped, parallel_min_bytes=source.cdc.executor_min_bytes), \
-                captured, transforms
+                        if row_filter := source.tables.row_filter(t):
+                            filters[t] = row_filter
+            # Spark's executors do not evaluate row filters yet: a source with one decodes its batches here
+            got = read_change_batch(params, name, batch, captured, all_tables=tables,
+                                    previous_server_id=last_server_id(context.instance, name, tables),
+                                    skipped=skipped, parallel_min_bytes=(
+                                        source.cdc.executor_min_bytes if not filters else UNSLICED))
+            return filter_batch(params, got, schemas, filters), captured, transforms
 
         from ingest.adapters.mysql import change_batch_writes
 
@@ -209,9 +234,10 @@ def reconciliation_checks(name: str, source: MySQLSource, tables: list[str], con
         params = connection_params(source)
         with params.connect() as conn:
             schema = describe_table(conn, source.database, table, config_ref, source.tables.excluded_columns(table))
+            row_filter = checked_filter(conn, source, schema)
         result = reconcile(lake.spark.session, params, schema, lake.path_for(table_key(name, table)),
                            chunk_size=settings.chunk_size, parallelism=settings.parallelism,
-                           transforms=checked_transforms(source, schema))
+                           transforms=checked_transforms(source, schema), row_filter=row_filter)
         return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: table_key(name, t) for t in tables}, lambda table: (

@@ -70,9 +70,14 @@ def range_predicate(columns: Sequence[str], lo: Key | None, hi: Key | None) -> t
 
 
 def chunk_query(database: str, table: str, select_columns: Sequence[str], key_columns: Sequence[str],
-                chunk: Chunk) -> tuple[str, list[Any]]:
+                chunk: Chunk, row_filter: str | None = None) -> tuple[str, list[Any]]:
+    """The chunk's rows; with `row_filter` (a predicate in the server's SQL) only those it holds for."""
     where, params = range_predicate(key_columns, chunk.lo, chunk.hi)
     cols = ", ".join(quote_ident(c) for c in select_columns)
+    if row_filter:
+        from ingest.filters import predicate
+
+        where += " AND " + predicate(row_filter).replace("%", "%%")  # %%: the query takes parameters
     return f"SELECT {cols} FROM {quote_ident(database)}.{quote_ident(table)} WHERE {where}", params
 
 

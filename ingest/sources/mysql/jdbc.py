@@ -28,7 +28,8 @@ from ingest.sources.mysql.types import SPATIAL, MySQLColumn, column_type
 DRIVER = "org.mariadb.jdbc.Driver"
 # Serializable is not wanted; REPEATABLE READ is what a consistent snapshot needs (the server's
 # default, which a my.cnf may have changed).
-SESSION_INIT = ("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
+# time_zone: a row filter's predicate sees TIMESTAMPs in UTC, as the binlog path's evaluation does
+SESSION_INIT = ("SET SESSION time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 POSITION_COLUMN = "_pos"
 YEAR_1_TO_EPOCH_MICROS = 719_162 * 86_400 * 10**6
@@ -112,8 +113,10 @@ def jdbc_columns(columns: Sequence[MySQLColumn], table: str = "?") -> list[JdbcC
     return None if any(c is None for c in out) else out  # type: ignore[return-value]
 
 
-def chunk_table(database: str, table: str, columns: Sequence[JdbcColumn], key: Sequence[str]) -> str:
-    """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0.., `_pos`."""
+def chunk_table(database: str, table: str, columns: Sequence[JdbcColumn], key: Sequence[str],
+                rows: str | None = None) -> str:
+    """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0.., `_pos`;
+    `rows` a derived table to read instead of the table (a row filter's)."""
     # computed once, in the one-row table, so that each row only copies it
     file = ("(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
             "WHERE VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE')")
@@ -124,7 +127,7 @@ def chunk_table(database: str, table: str, columns: Sequence[JdbcColumn], key: S
     select = [f"{c.select} AS `{c.alias}`" for c in columns]
     keys = [f"`_t`.{quote_ident(k)} AS `k{i}`" for i, k in enumerate(key)]
     return (f"(SELECT {', '.join([*select, *keys])}, `_s`.`p` AS `{POSITION_COLUMN}` "
-            f"FROM {quote_ident(database)}.{quote_ident(table)} AS `_t` CROSS JOIN {snapshot}) AS `_chunk`")
+            f"FROM {rows or f'{quote_ident(database)}.{quote_ident(table)}'} AS `_t` CROSS JOIN {snapshot}) AS `_chunk`")
 
 
 def sql_literal(value: Any) -> str:

@@ -108,6 +108,7 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
     from ingest.sources.mysql.schema import connection_params, describe_tables, list_tables
     from ingest.sources.mysql.types import MySQLColumn
     from ingest.transforms import TransformError
+    from ingest.sources.mysql.filters import RowFilterError, check_filter, images_inside
 
     subject = f"source {name}"
     try:
@@ -183,6 +184,14 @@ def check_source(name: str, source, tables: Sequence[str]) -> list[Finding]:
                 findings.append(Finding(FAIL, ref, str(exc)))
                 continue
             note += f", transforming {', '.join(transforms.by_column())}" if transforms else ""
+            if row_filter := source.tables.row_filter(table):
+                try:  # planned as the snapshot plans it, and judged as a batch judges a change (no image)
+                    check_filter(conn, source.database, table, schema.columns, row_filter, schema.excluded)
+                    images_inside(conn, source.database, table, schema.columns, row_filter, [])
+                except RowFilterError as exc:
+                    findings.append(Finding(FAIL, ref, str(exc)))
+                    continue
+                note += f", rows where {row_filter.where}"
             findings.append(Finding(OK, ref, f"{len(schema.columns)} columns, primary key "
                                              f"({', '.join(schema.primary_key)}){note}"))
     return findings

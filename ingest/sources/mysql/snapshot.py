@@ -62,7 +62,8 @@ def read_chunk(params: ConnectionParams, spec: dict[str, Any], chunk: Chunk, arr
     try:
         position = open_consistent_snapshot(conn)
         pos_value = Decimal(position.row_pos())
-        sql, args = chunk_query(spec["database"], spec["table"], [c.name for c in columns], spec["key"], chunk)
+        sql, args = chunk_query(spec["database"], spec["table"], [c.name for c in columns], spec["key"], chunk,
+                                spec.get("where"))
         # No `with` for the cursor: closing an unbuffered cursor whose connection
         # dropped raises an AttributeError that would hide the 2013 error the
         # wave retry looks for.

@@ -1,0 +1,131 @@
+"""Row filters (tables.where): only the rows the source's own predicate holds for land, on the snapshot and
+on every change batch, with the source's semantics (here a case-insensitive collation and an ENUM)."""
+
+import json
+import uuid
+
+import pytest
+from dagster import AssetKey, DagsterInstance
+
+from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
+from ingest_tests.integration.test_transforms import assert_no_marker_written
+
+WHERE = "region = 'eu' AND status = 'active'"
+
+
+def grant_temporary_tables(root, grant: bool = True) -> None:
+    """Batches judge their changes in a temporary table (ingest/sources/mysql/filters.py)."""
+    with root.cursor() as cur:
+        cur.execute("GRANT CREATE TEMPORARY TABLES ON *.* TO 'ingest'@'127.0.0.1'" if grant else
+                    "REVOKE CREATE TEMPORARY TABLES ON *.* FROM 'ingest'@'127.0.0.1'")
+
+
+@pytest.fixture
+def temporary_tables(root):
+    """The privilege a filtered source's user needs, for this test only (the server is shared)."""
+    grant_temporary_tables(root)
+    yield
+    grant_temporary_tables(root, grant=False)
+
+
+def filtered_source_rows(root) -> list[tuple]:
+    with root.cursor() as cur:
+        cur.execute(f"SELECT id, region, name, status FROM customers WHERE {WHERE}")
+        return sorted(cur.fetchall())
+
+
+def test_mysql_filter_lands_only_rows_inside_and_moves_become_deletes_and_inserts(
+        spark, spark_server, mariadb, database, root, tmp_path, temporary_tables):
+    marker = uuid.uuid4().hex[:10]  # only in rows that are never inside the filter
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE customers (id INT PRIMARY KEY, region VARCHAR(10) COLLATE utf8mb4_general_ci, "
+                    "name VARCHAR(60), status ENUM('active', 'closed'))")
+        cur.executemany("INSERT INTO customers VALUES (%s, %s, %s, %s)", [
+            (1, "EU", "Ann", "active"), (2, "us", f"Bob {marker}", "active"), (3, "Eu", "Cy", "closed"),
+            (4, "eu", "Di", "active")])
+    sources = write_sources(tmp_path, mariadb.port, database, ["customers"], where={"customers": WHERE},
+                            history=["customers"])
+    (tmp_path / "dagster").mkdir()
+    h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.local_temp(str(tmp_path / "dagster")))
+    h.snapshot()
+    columns = ["id", "region", "name", "status"]
+    snapshot = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "customers" / "snapshot"))
+    assert sorted(tuple(r) for r in snapshot.select(*columns).collect()) == filtered_source_rows(root) == [
+        (1, "EU", "Ann", "active"), (4, "eu", "Di", "active")]
+    snapshot_meta = h.instance.get_latest_materialization_event(
+        AssetKey(["src", "customers", "snapshot"])).asset_materialization.metadata
+    assert snapshot_meta["row_filter"].value == WHERE
+
+    with root.cursor() as cur:
+        cur.execute("INSERT INTO customers VALUES (5, 'EU', 'Ed', 'active'), (6, 'us', %s, 'active')",
+                    (f"Fay {marker}",))
+        cur.execute("UPDATE customers SET region = 'us' WHERE id = 1")  # moves out: a delete
+        cur.execute("UPDATE customers SET status = 'active' WHERE id = 3")  # moves in: an insert
+        cur.execute("UPDATE customers SET name = %s WHERE id = 2", (f"Bo {marker}",))  # outside, stays out
+        cur.execute("DELETE FROM customers WHERE id IN (4, 6)")  # one inside, one never inside
+    assert h.sync() is not None
+    assert h.live("customers", columns) == filtered_source_rows(root) == [
+        (3, "Eu", "Cy", "active"), (5, "EU", "Ed", "active")]
+    bronze = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "customers" / "bronze"))
+    landed = sorted((r["id"], r["_op"]) for r in bronze.collect())
+    assert landed == [(1, "delete"), (3, "insert"), (4, "delete"), (5, "insert")]
+    # the moved-out row's delete carries the row as it was inside the filter, not its new values
+    (gone,) = bronze.where("id = 1").collect()
+    assert (gone["region"], gone["_before"]) == ("EU", None)
+
+    with root.cursor() as cur:
+        cur.execute("UPDATE customers SET region = 'EU' WHERE id = 1")  # back inside
+        cur.execute("UPDATE customers SET name = 'Cyd' WHERE id = 3")  # inside, stays inside
+    assert h.sync() is not None
+    assert h.live("customers", columns) == filtered_source_rows(root) == [
+        (1, "EU", "Ann", "active"), (3, "Eu", "Cyd", "active"), (5, "EU", "Ed", "active")]
+    update = bronze.where("id = 3 AND _op = 'update'").collect()
+    assert [json.loads(r["_before"])["name"] for r in update] == ["Cy"]
+    history = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "customers" / "history"))
+    assert not history.where("id IN (2, 6)").count()
+
+    evaluation = h.check("customers")  # compares only the rows inside the filter
+    assert evaluation.passed, evaluation.metadata
+    assert_no_marker_written(marker, tmp_path, spark_server, sources)
+
+
+def test_a_filter_the_table_cannot_take_fails_before_anything_is_written(
+        spark, mariadb, database, root, tmp_path, temporary_tables):
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, n INT, secret VARCHAR(10))")
+        cur.execute("INSERT INTO t VALUES (1, 2, 'x')")
+    for where, message in (
+            ("m > 1", "table t: the row filter tables.where.t cannot be used: it names column 'm', which the "
+                      "table does not have. Fix: correct the predicate"),
+            ("secret = 'x'", "it names column 'secret', which tables.columns.t.exclude leaves out. Fix: filter on "
+                             "a column that lands, or stop excluding it"),
+            ("n >", "the server refused it (error 1064")):
+        sources = write_sources(tmp_path, mariadb.port, database, ["t"], where={"t": where},
+                                columns={"t": {"exclude": ["secret"]}})
+        h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral())
+        result = h.run([AssetKey(["src", "t", "snapshot"])], expect_success=False)
+        assert message in h.failure(result)
+        assert not (tmp_path / "lake" / "src" / "t").exists()
+
+
+def test_check_reports_a_bad_filter_and_a_missing_privilege(mariadb, database, root, tmp_path, temporary_tables):
+    from ingest.config import load_config
+    from ingest.sources.findings import FAIL, OK
+    from ingest.sources.mysql.preflight import check_source
+
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE a (id INT PRIMARY KEY, n INT)")
+        cur.execute("CREATE TABLE b (id INT PRIMARY KEY, n INT)")
+    grant_temporary_tables(root, grant=False)
+    sources = write_sources(tmp_path, mariadb.port, database, ["a", "b"], where={"a": "n > 1", "b": "nope = 1"})
+    source = load_config(sources).sources["src"]
+
+    def by_table():
+        return {f.subject: f for f in check_source("src", source, ["a", "b"])}
+
+    found = by_table()
+    assert found[f"{database}.a"].level == FAIL and "GRANT CREATE TEMPORARY TABLES" in found[f"{database}.a"].message
+    assert found[f"{database}.b"].level == FAIL and "column 'nope'" in found[f"{database}.b"].message
+    grant_temporary_tables(root)
+    found = by_table()
+    assert found[f"{database}.a"].level == OK and "rows where n > 1" in found[f"{database}.a"].message
