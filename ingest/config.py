@@ -251,7 +251,7 @@ class TableSelection(_Model):
     `{orders: "region = 'EU' AND NOT test"}`. Only rows it holds for land: the snapshot reads only those,
     and the source evaluates it on each change's images (see ingest/filters.py): a row an update moves out
     becomes a delete in silver, one it moves in an insert. Reconciliation compares only those rows.
-    mysql sources only for now (a postgres source refuses it at load)."""
+    A postgres table with a filter needs REPLICA IDENTITY FULL."""
 
     deletion_vectors: list[str] = []
     """Tables (names or glob patterns) whose silver writes Delta deletion vectors: a small batch into a
@@ -509,9 +509,6 @@ class PostgresSource(_Model):
                 raise ValueError(f"tables.columns.{table}.exclude: leaving columns out is not available for postgres "
                                  f"sources yet. Fix: remove it, and keep a column's values out with "
                                  f"tables.columns.{table}.transform: {{<column>: null}}")
-        if self.tables.where:  # never applied on this kind: say so rather than land every row
-            raise ValueError(f"tables.where: row filters are not available for postgres sources yet "
-                             f"({', '.join(self.tables.where)}). Fix: remove them; a mysql source filters rows")
         return self
 
     def slot_name(self, source: str) -> str:

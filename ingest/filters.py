@@ -16,9 +16,10 @@ keeps what silver needs to hold exactly the filtered rows:
 | delete | in or unknown | | the delete |
 | delete | out | | nothing |
 
-"Unknown" is an image the source did not log whole (PostgreSQL without REPLICA IDENTITY FULL sends the
-key alone): the change lands as if the row had been inside, which silver's ordered merge makes right
-(a delete of a key silver never held leaves a tombstone of that key, no other value).
+"Unknown" is an image a source did not log (an update without its old row, a delete with its key alone):
+the change lands as if the row had been inside, which silver's ordered merge makes right (a delete of a
+key silver never held leaves a tombstone of that key, no other value). MySQL's full row images and
+PostgreSQL's REPLICA IDENTITY FULL, which a filtered table needs, leave nothing unknown.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ingest.filters import RowFilter
 from ingest.transforms import TableTransforms
 from ingest.sources.postgres.positions import Lsn
 
@@ -82,7 +83,7 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
         for chunk in chunks:
             lo, hi = (None if k is None else tuple(k) for k in (chunk["lo"], chunk["hi"]))
             texts = copy_chunk(conn, spec["snapshot"], spec["table"], spec["columns"], spec["key"], lo, hi,
-                               spec["key_types"])
+                               spec["key_types"], spec.get("where"))
             if not texts.num_rows:
                 continue
             arrays = [column_array(ct, texts.column(i), arrow_schema.field(i).type) for i, ct in enumerate(contracts)]
@@ -151,7 +152,7 @@ def chunk_schema(table, contracts, types) -> tuple[str, list[dict]]:
 
 
 def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], at, ranges: list[tuple],
-              parallelism: int):
+              parallelism: int, row_filter: RowFilter | None = None):
     """A DataFrame over the key `ranges` of `table`, read on executors at the exported snapshot `at`
     (a SlotStart: the block holding it must stay open while Spark reads), in at most `parallelism`
     partitions."""
@@ -163,24 +164,28 @@ def chunks_df(spark, params: PgParams, table, ddl: str, spec_types: list[dict], 
             "snapshot": at.snapshot, "table": table.name, "key": list(table.primary_key),
             "key_types": list(table.key_types()), "columns": [c.name for c in table.columns], "types": spec_types,
             "pos": str(at.consistent_point.row_pos()),
-            "groups": [[{"lo": lo, "hi": hi} for lo, hi in ranges[i::n]] for i in range(n)]}
+            "groups": [[{"lo": lo, "hi": hi} for lo, hi in ranges[i::n]] for i in range(n)],
+            **({"where": row_filter.where} if row_filter else {})}
     return (spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
             .option("password", params.password).load())
 
 
-def source_chunks_df(spark, params: PgParams, table, contracts, types, at, ranges: list[tuple], parallelism: int):
-    """The key `ranges` of `table` at the exported snapshot `at`, in the lake's types, with `_pos`: Spark's
-    JDBC reader where every column has a JDBC form, the project's Python data source otherwise."""
+def source_chunks_df(spark, params: PgParams, table, contracts, types, at, ranges: list[tuple], parallelism: int,
+                     row_filter: RowFilter | None = None):
+    """The key `ranges` of `table` at the exported snapshot `at` (only the rows `row_filter` holds for), in
+    the lake's types, with `_pos`: Spark's JDBC reader where every column has a JDBC form, the project's
+    Python data source otherwise."""
     from ingest.sources.postgres.jdbc import jdbc_columns
 
     columns = jdbc_columns(table.columns, types, table.name)
     if columns is None:
         ddl, spec_types = chunk_schema(table, contracts, types)
-        return chunks_df(spark, params, table, ddl, spec_types, at, ranges, parallelism)
-    return chunks_jdbc_df(spark, params, table, columns, at, ranges, parallelism)
+        return chunks_df(spark, params, table, ddl, spec_types, at, ranges, parallelism, row_filter)
+    return chunks_jdbc_df(spark, params, table, columns, at, ranges, parallelism, row_filter)
 
 
-def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tuple], parallelism: int):
+def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tuple], parallelism: int,
+                   row_filter: RowFilter | None = None):
     """The same DataFrame as chunks_df, read by Spark's JDBC reader where every column has a JDBC form
     (ingest/sources/postgres/jdbc.py): the contiguous key `ranges` joined into `parallelism` partitions,
     each one connection and one query at the exported snapshot (a wave of 10 chunks of 100k rows read
@@ -192,7 +197,8 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
     key_types = table.key_types()
     # fetchsize: rows the driver holds per cursor fetch (Spark's dialect reads by cursor when it is set)
     df = spark.read.jdbc(
-        jdbc_url(params.host, params.port, params.database), chunk_table(table.name, columns, table.primary_key),
+        jdbc_url(params.host, params.port, params.database),
+        chunk_table(table.name, columns, table.primary_key, row_filter.where if row_filter else None),
         predicates=[chunk_predicate(key_types, lo, hi) for lo, hi in joined_ranges(ranges, parallelism)],
         properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "10000",
                     "sessionInitStatement": session_init(at.snapshot),
@@ -244,6 +250,7 @@ class PgSnapshotWrite:
     parallelism: int
     chunks_per_commit: int
     transforms: TableTransforms = TableTransforms("")
+    row_filter: RowFilter | None = None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import waves
@@ -253,6 +260,7 @@ class PgSnapshotWrite:
         from ingest.sources.postgres.jdbc import DRIVER, jdbc_columns
         from ingest.sources.postgres.schema import contracts_of, describe_table, types_of
         from ingest.sources.postgres.slot import current_lsn, ensure_slot, exported_snapshot
+        from ingest.sources.postgres.filters import check_filter
         from ingest.sources.postgres.snapshot import boundaries, key_ranges
 
         started = time.monotonic()
@@ -263,10 +271,13 @@ class PgSnapshotWrite:
             log_start = current_lsn(conn)
             contracts = contracts_of(conn, table)
             types = types_of(conn, [c.type_oid for c in table.columns])
+            if self.row_filter:
+                check_filter(conn, self.table, self.row_filter)
         transforms = self.transforms.check([(c.name, t.spark) for c, t in zip(table.columns, contracts)],
                                            table.primary_key, f"tables.columns.{table.name}.transform")
-        # waves written under other transforms never mix with these
-        fingerprint = table.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
+        # waves written under other transforms or another filter never mix with these
+        fingerprint = (table.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
+                       + (self.row_filter.shape() if self.row_filter else ""))
         resume = resume_point(path, fingerprint)
         if resume:
             snapshot_id, wave_no, done = resume["snapshot_id"], resume["wave"] + 1, resume["chunks_done"]
@@ -291,7 +302,7 @@ class PgSnapshotWrite:
             rows = commit_waves(path, Waves(
                 run, waves(chunks, self.chunks_per_commit),
                 lambda wave: source_chunks_df(spark, self.params, table, contracts, types, at,
-                                              [(lo, hi) for _, lo, hi in wave], self.parallelism),
+                                              [(lo, hi) for _, lo, hi in wave], self.parallelism, self.row_filter),
                 lambda wave: {"key_hi": wave[-1][2], "chunks_done": wave[-1][0] + 1, "chunks_total": total,
                               "read_at": at.consistent_point.to_metadata()},
                 lambda wave, rows: f"{wave[-1][0] + 1}/{total} chunks, {rows} rows", transforms=transforms),
@@ -301,7 +312,8 @@ class PgSnapshotWrite:
                 "rows_per_second": round(rows / max(seconds, 1e-9), 1), "snapshot_id": snapshot_id,
                 "chunks": total, "resumed_from_wave": wave_no - 1, "log_start": log_start.to_metadata(),
                 "key_columns": list(table.primary_key), "delta_version": table_version(path),
-                **({"transformed_columns": transforms.metadata()} if transforms else {})}
+                **({"transformed_columns": transforms.metadata()} if transforms else {}),
+                **({"row_filter": self.row_filter.where} if self.row_filter else {})}
 
 
 # ---------------------------------------------------------------- reconciliation
@@ -322,7 +334,8 @@ def silver_lsn(silver_path: str):
 
 
 def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: str, silver_path: str, *,
-              chunk_size: int, parallelism: int, transforms: TableTransforms | None = None):
+              chunk_size: int, parallelism: int, transforms: TableTransforms | None = None,
+              row_filter: RowFilter | None = None):
     """Compare silver's live rows with the table now: its rows are read at a temporary slot's exported
     snapshot, and keys that the source's slot shows changed between silver's position and that point are
     left to the next batch."""
@@ -356,7 +369,8 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
     with exported_snapshot(params.libpq(), f"{slot}_r{uuid.uuid4().hex[:8]}", temporary=True) as at, \
             params.connect() as conn, jdbc_driver(DRIVER, "PostgreSQL"):
         bounds = boundaries(conn, at.snapshot, table.name, table.primary_key, chunk_size, None, table.key_types())
-        source = source_chunks_df(spark, params, table, contracts, types, at, key_ranges(bounds, None), parallelism)
+        source = source_chunks_df(spark, params, table, contracts, types, at, key_ranges(bounds, None), parallelism,
+                                  row_filter)
         # the comparison's ranges are in the lake's values and Spark's order
         plan = sorted(tuple(convert(v) for convert, v in zip(key_convert, b)) for b in bounds)
         if any(map(transforms.hashes, table.primary_key)):  # hashes keep no order of the source's keys
@@ -365,8 +379,9 @@ def reconcile(spark, params: PgParams, slot: str, publication: str, table_name: 
 
         def changed_since() -> set[tuple]:
             keys: set[tuple] = set()
+            relations = RelationContracts(conn)
             for record in change_records(changes(peek(conn, slot, publication, at.consistent_point)),
-                                         {table.name}, RelationContracts(conn)):
+                                         {table.name}, relations, primary_key=relations.primary_key):
                 if record.pos >= position.row_pos():
                     key = [record.row.get(k) for k in table.primary_key]
                     keys.add(transforms.key(table.primary_key, key, [None] * len(key)))

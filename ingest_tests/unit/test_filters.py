@@ -99,6 +99,17 @@ def test_config_reads_a_filter_and_refuses_an_empty_one_or_two_statements(tmp_pa
         load_config(sources(tmp_path, {}, {"where": {"t": "n > 1; DROP TABLE t"}}))
 
 
-def test_postgres_refuses_filters_it_would_not_apply(tmp_path):
-    with pytest.raises(ConfigError, match="row filters are not available for postgres sources yet"):
-        load_config(sources(tmp_path, {"kind": "postgres", "publication": "p"}, {"where": {"t": "n > 1"}}))
+def test_postgres_images_go_back_as_text_forms_and_an_update_is_judged_whole():
+    import datetime as dt
+    from decimal import Decimal
+
+    from ingest.changes import UNCHANGED
+    from ingest.sources.postgres.filters import complete, json_value
+
+    assert [json_value(v) for v in (None, True, 5, Decimal("1.50"), 0.1, float("nan"), float("-inf"), b"\x00\xff",
+                                    dt.date(2024, 1, 2), dt.datetime(2024, 1, 2, 3, 4, 5, 6, dt.timezone.utc),
+                                    ["a", None], "PT1H")] == [
+        None, True, "5", "1.50", "0.1", "NaN", "-Infinity", "\\x00ff", "2024-01-02",
+        "2024-01-02T03:04:05.000006+00:00", ["a", None], "PT1H"]
+    assert complete({"id": 1, "doc": UNCHANGED, "n": 2}, {"id": 1, "doc": "long", "n": 1}) == {
+        "id": 1, "doc": "long", "n": 2}

@@ -36,8 +36,8 @@ def commit(lsn: int, end: int, micros: int = 0) -> bytes:
     return b"C" + struct.pack("!BQQq", 0, lsn, end, micros)
 
 
-def relation(oid: int, name: str, columns) -> bytes:
-    out = b"R" + struct.pack("!I", oid) + s("public") + s(name) + b"d" + struct.pack("!H", len(columns))
+def relation(oid: int, name: str, columns, identity: bytes = b"d") -> bytes:
+    out = b"R" + struct.pack("!I", oid) + s("public") + s(name) + identity + struct.pack("!H", len(columns))
     for col, type_oid, key in columns:
         out += struct.pack("!B", 1 if key else 0) + s(col) + struct.pack("!Ii", type_oid, -1)
     return out
@@ -187,6 +187,25 @@ def test_transactions_become_change_records_ordered_by_commit_and_place_in_their
     shallow = list(change_records(changes(stream, rows=False), {"public.t"}, types, keys_only=True))
     assert [(r.op, r.pos) for r in shallow] == [(r.op, r.pos) for r in records]
     assert [r.row for r in shallow] == [{}, {"id": 1}, {"id": 1}, {"id": 2}, {}, {}]
+
+
+def test_with_replica_identity_full_an_update_of_other_columns_stays_an_update_of_its_key():
+    """FULL marks every column as identity in RELATION: the key that tells an update from a key move is the
+    primary key, which the reader looks up."""
+    from ingest.changes import ChangeOp
+    from ingest.sources.postgres.changes import change_records
+    from ingest.sources.postgres.pgoutput import changes
+    from ingest.sources.postgres.types import column_type
+
+    tid = struct.pack("!I", 1)
+    stream = [begin(0x500, 9), relation(1, "t", [("id", 23, True), ("doc", 25, True)], identity=b"f"),
+              b"U" + tid + b"O" + tup("1", "a") + b"N" + tup("1", "b"),
+              b"U" + tid + b"O" + tup("1", "b") + b"N" + tup("2", "b"), commit(0x500, 0x510)]
+    types = lambda rel: [column_type("int4" if c.type_oid == 23 else "text") for c in rel.columns]  # noqa: E731
+    records = list(change_records(changes(stream), {"public.t"}, types, primary_key=lambda rel: ["id"]))
+    assert [(r.op, r.row, r.before) for r in records] == [
+        (ChangeOp.UPDATE, {"id": 1, "doc": "b"}, {"id": 1, "doc": "a"}),
+        (ChangeOp.DELETE, {"id": 1, "doc": "b"}, None), (ChangeOp.INSERT, {"id": 2, "doc": "b"}, None)]
 
 
 def test_changes_of_chosen_tables_pass_over_the_other_tables_rows_without_decoding_them():

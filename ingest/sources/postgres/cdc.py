@@ -138,7 +138,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     oldest_of: dict[str, dt.datetime] = {}
     # planning a batch that executors read: positions and commit times, not values (an INSERT's or a
     # DELETE's tuple is not even decoded)
-    for record in change_records(in_batch(), wanted, contracts, keys_only=sliced):
+    for record in change_records(in_batch(), wanted, contracts, keys_only=sliced, primary_key=contracts.primary_key):
         kept = records.setdefault(record.table, [])
         if not sliced:
             kept.append(record)
@@ -177,8 +177,9 @@ def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRang
     """One table's (schema.table) changes in the batch, one record at a time: what read_change_batch
     gives for it, as an executor reads a batch the driver only planned."""
     check_readable(source, slot_state(conn, source, slot), batch)
+    contracts = RelationContracts(conn)
     return change_records(batch_changes(conn, slot, publication, batch, tables={table}), {table},
-                          RelationContracts(conn))
+                          contracts, primary_key=contracts.primary_key)
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:
@@ -197,6 +198,17 @@ class RelationContracts:
         self.known: dict[tuple, list[ColumnType]] = {}
         self.seen: dict[int, tuple[Relation, list[ColumnType]]] = {}
         """By the RELATION message object every change of a table shares (hashing it per change is slow)."""
+        self.keys: dict[int, list[str]] = {}
+
+    def primary_key(self, relation: Relation) -> list[str]:
+        """The relation's primary key from the catalog (looked up once per table)."""
+        if relation.oid not in self.keys:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s AND i.indisprimary "
+                            "ORDER BY array_position(i.indkey::int2[], a.attnum)", (relation.oid,))
+                self.keys[relation.oid] = [r[0] for r in cur.fetchall()]
+        return self.keys[relation.oid]
 
     def __call__(self, relation: Relation) -> list[ColumnType]:
         seen = self.seen.get(id(relation))

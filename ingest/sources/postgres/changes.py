@@ -21,14 +21,16 @@ from ingest.sources.postgres.pgoutput import (
 
 
 def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: set[str],
-                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False
-                   ) -> Iterator[ChangeRecord]:
+                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False,
+                   primary_key: Callable[[Relation], Sequence[str]] | None = None) -> Iterator[ChangeRecord]:
     """The changes to `tables` among `changes` (pgoutput.changes: each with its BEGIN), one at a time.
 
     A change's place counts the changes to its table in its transaction, not to the other tables, so
     a table's records are the same whichever tables are read with it (the driver reads them all, an
     executor one). `keys_only`: the images hold the key columns alone, for a pass that needs the
-    records' positions and not their values (converting every value was most of its time)."""
+    records' positions and not their values (converting every value was most of its time).
+    `primary_key`: a relation's primary key, for a table with REPLICA IDENTITY FULL, whose RELATION marks
+    every column as identity (else an update of any column would look like one of the key)."""
     begin, places = None, {}
     for txn_begin, relation, change in changes:
         name = table_name(relation)
@@ -46,7 +48,8 @@ def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: se
             yield record(ChangeOp.TRUNCATE, {})
             continue
         types = contracts(relation)
-        keys = [c.name for c in relation.columns if c.key]
+        keys = (primary_key(relation) if relation.replica_identity == "f" and primary_key
+                else [c.name for c in relation.columns if c.key])
         if isinstance(change, Insert):
             yield record(ChangeOp.INSERT, image(relation, types, change.new, keys_only))
         elif isinstance(change, Delete):

@@ -110,11 +110,16 @@ def jdbc_columns(columns: Sequence[PgColumn], types: dict[int, PgType], table: s
     return None if any(c is None for c in out) else out  # type: ignore[return-value]
 
 
-def chunk_table(table: str, columns: Sequence[JdbcColumn], key: Sequence[str]) -> str:
-    """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0.."""
+def chunk_table(table: str, columns: Sequence[JdbcColumn], key: Sequence[str], row_filter: str | None = None) -> str:
+    """The derived table Spark reads (its `dbtable`): converted columns, raw key columns as k0..; with
+    `row_filter` (a predicate) only the rows it holds for."""
+    from ingest.filters import predicate
+
     select = [f"{c.select} AS {c.alias}" for c in columns]
     keys = [f"_t.{ident(k)} AS k{i}" for i, k in enumerate(key)]
-    return f"(SELECT {', '.join([*select, *keys])} FROM {quoted(table)} AS _t) AS _chunk"
+    rows = (f"(SELECT * FROM {quoted(table)} AS _f WHERE {predicate(row_filter)})" if row_filter
+            else quoted(table))
+    return f"(SELECT {', '.join([*select, *keys])} FROM {rows} AS _t) AS _chunk"
 
 
 def chunk_predicate(key_types: Sequence[str], lo: Sequence[str] | None, hi: Sequence[str] | None) -> str:

@@ -27,9 +27,10 @@ def ident(name: str) -> str:
 
 
 def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple | None, hi: tuple | None,
-              key_types: Sequence[str] | None = None) -> tuple[str, list[Any]]:
+              key_types: Sequence[str] | None = None, row_filter: str | None = None) -> tuple[str, list[Any]]:
     """The chunk's SELECT (row comparisons, which PostgreSQL turns into index ranges) and its parameters.
-    Bounds are the keys' text forms, cast to `key_types` (default: as the server infers them)."""
+    Bounds are the keys' text forms, cast to `key_types` (default: as the server infers them); `row_filter`:
+    a predicate, only the rows it holds for."""
     keys = "(" + ", ".join(ident(k) for k in key) + ")"
     marks = key_marks(len(key), key_types)
     where, params = [], []
@@ -39,6 +40,10 @@ def chunk_sql(table: str, columns: Sequence[str], key: Sequence[str], lo: tuple 
     if hi is not None:
         where.append(f"{keys} < {marks}")
         params += list(hi)
+    if row_filter:
+        from ingest.filters import predicate
+
+        where.append(predicate(row_filter).replace("%", "%%"))  # %%: the query takes parameters
     sql = (f"SELECT {', '.join(ident(c) for c in columns)} FROM {qualified(table)}"
            + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY {', '.join(ident(k) for k in key)}")
     return sql, params
@@ -51,11 +56,11 @@ def key_marks(n: int, key_types: Sequence[str] | None) -> str:
 
 
 def read_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Sequence[str],
-               lo: tuple | None, hi: tuple | None, key_types: Sequence[str] | None = None
-               ) -> list[tuple[str | None, ...]]:
+               lo: tuple | None, hi: tuple | None, key_types: Sequence[str] | None = None,
+               row_filter: str | None = None) -> list[tuple[str | None, ...]]:
     """The chunk's rows as the server's text, at `snapshot` (`conn` in autocommit: the chunk's own
     transaction must begin with the snapshot)."""
-    return at_snapshot(conn, snapshot, *chunk_sql(table, columns, key, lo, hi, key_types))
+    return at_snapshot(conn, snapshot, *chunk_sql(table, columns, key, lo, hi, key_types, row_filter))
 
 
 def boundaries(conn, snapshot: str, table: str, key: Sequence[str], chunk_size: int,
@@ -107,7 +112,8 @@ def at_snapshot(conn, snapshot: str, sql: str, params: Sequence[Any]) -> list[tu
 
 
 def copy_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Sequence[str],
-               lo: tuple | None, hi: tuple | None, key_types: Sequence[str] | None = None):
+               lo: tuple | None, hi: tuple | None, key_types: Sequence[str] | None = None,
+               row_filter: str | None = None):
     """The chunk's rows at `snapshot` as an Arrow table of strings: the same text as `read_chunk` (each
     type's output function), through COPY ... (FORMAT csv) and Arrow's CSV reader, which splits the
     text in C++ instead of a Python loop per value. NULL is an unquoted empty field, '' a quoted one."""
@@ -117,7 +123,8 @@ def copy_chunk(conn, snapshot: str, table: str, columns: Sequence[str], key: Seq
     import pyarrow.csv as pacsv
     from psycopg import ClientCursor
 
-    select = ClientCursor(conn).mogrify(*chunk_sql(table, columns, key, lo, hi, key_types))  # COPY takes no parameters
+    # COPY takes no parameters
+    select = ClientCursor(conn).mogrify(*chunk_sql(table, columns, key, lo, hi, key_types, row_filter))
     with adopted(conn, snapshot) as cur:
         with cur.copy(f"COPY ({select}) TO STDOUT (FORMAT csv)") as copy:
             data = b"".join(bytes(block) for block in copy)
