@@ -32,14 +32,31 @@ def check_postgres(name: str, source: PostgresSource):
 
     try:
         with PgParams.of(source).connect() as conn:
-            return findings(name, source.publication, *gather(conn, source.publication,
-                                                              [source.qualified(t) for t in source.tables.include]))
+            server, tables = gather(conn, source.publication, [source.qualified(t) for t in source.tables.include])
+            return findings(name, source.publication, server, tables) + filter_findings(conn, source, tables)
     except MissingSecret as exc:  # its own fix, not the connection's
         return [Finding(FAIL, f"source {name}", str(exc))]
     except Exception as exc:  # noqa: BLE001 - any failure to connect is the finding
         return [Finding(FAIL, f"source {name}", f"cannot connect to {source.host}:{source.port} as {source.user}: "
                         f"{str(exc).strip()}. Fix: start the server, or correct host, port, user and "
                         f"{source.password_env}")]
+
+
+def filter_findings(conn, source: PostgresSource, tables) -> list:
+    """A finding for each row filter of a table that exists: what the snapshot and the batches check."""
+    from ingest.sources.findings import FAIL, OK, Finding
+    from ingest.sources.postgres.filters import RowFilterError, check_filter
+
+    out = []
+    for t in tables:
+        row_filter = source.tables.row_filter(t.name.partition(".")[2])
+        if row_filter and t.exists:
+            try:
+                check_filter(conn, t.name, row_filter)
+                out.append(Finding(OK, t.name, f"rows where {row_filter.where}"))
+            except RowFilterError as exc:
+                out.append(Finding(FAIL, t.name, str(exc)))
+    return out
 
 
 def snapshot_asset(name: str, source: PostgresSource, table: str) -> AssetsDefinition:

@@ -257,6 +257,10 @@ def test_postgres_filter_lands_only_rows_inside_and_an_unsent_toasted_value_is_j
 
 
 def test_postgres_filter_needs_replica_identity_full_and_real_columns(spark, pg, tmp_path, monkeypatch):
+    from ingest.config import load_config
+    from ingest.defs.postgres import check_postgres
+    from ingest.sources.findings import FAIL
+
     monkeypatch.setenv("INGEST_TEST_PG_PASSWORD", pg.password)
     pg_table(pg, "plain", ("CREATE TABLE plain (id int PRIMARY KEY, n int)", ()),
              ("INSERT INTO plain VALUES (1, 2)", ()))
@@ -268,10 +272,12 @@ def test_postgres_filter_needs_replica_identity_full_and_real_columns(spark, pg,
             if where == "m > 1":
                 with pg.connect() as conn:
                     conn.execute("ALTER TABLE plain REPLICA IDENTITY FULL")
-            h = CdcHarness(spark, pg_source(tmp_path, pg, {"plain": where}, "plain"), tmp_path / "lake",
-                           DagsterInstance.ephemeral(), name="pgf")
+            sources = pg_source(tmp_path, pg, {"plain": where}, "plain")
+            h = CdcHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), name="pgf")
             result = h.run([AssetKey(["pgf", "plain", "snapshot"])], expect_success=False)
             assert message in h.failure(result)
             assert not (tmp_path / "lake" / "pgf" / "plain").exists()
+            found = {f.subject: f for f in check_postgres("pgf", load_config(sources).sources["pgf"])}
+            assert found["public.plain"].level == FAIL and message in found["public.plain"].message
     finally:
         drop_slot(pg)
