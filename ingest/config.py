@@ -27,7 +27,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -385,6 +385,28 @@ class StreamSettings(BatchRetries):
     """The freshness check fails when the source has changes silver lacks and silver last merged longer ago."""
 
 
+class DynamoDBFilter(_Model):
+    """A DynamoDB table's row filter: a condition expression, as a Scan's FilterExpression takes it."""
+
+    expression: str = Field(min_length=1)
+    """E.g. `#s = :open AND total >= :least`."""
+    names: dict[str, str] = {}
+    """Attribute names for `#placeholders`, e.g. `{"#s": status}`."""
+    values: dict[str, Any] = {}
+    """Values for `:placeholders`: text, numbers, booleans, null, lists and mappings as written; a mapping
+    of one DynamoDB type code for the others (`{SS: [a, b]}`, `{B: <base64>}`)."""
+
+    @model_validator(mode="after")
+    def _parses(self) -> DynamoDBFilter:
+        from ingest.sources.dynamodb.conditions import ConditionError, condition
+
+        try:
+            condition(self.model_dump())
+        except ConditionError as exc:
+            raise ValueError(f"{self.expression!r}: {exc}. Fix: correct the expression, names or values") from None
+        return self
+
+
 DYNAMODB_TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{2,62}$")
 
 
@@ -414,6 +436,12 @@ class DynamoDBSource(_Model):
     """Attributes hashed, masked, truncated or nulled before anything is written (in their columns and in
     `_item`), by table and attribute: `{carts: {email: {hash: {salt_env: PII_SALT}}}}` (see
     TableSelection.columns)."""
+    where: dict[str, DynamoDBFilter] = {}
+    """Row filters by table: a condition expression (`{carts: {expression: "#s = :open", names: {"#s":
+    status}, values: {":open": open}}}`). Only items it holds for land: the snapshot's Scan filters with
+    it, and each stream record's images are judged by it with DynamoDB's rules
+    (ingest/sources/dynamodb/conditions.py): an item an update moves out becomes a delete in silver, one it
+    moves in an insert."""
     snapshot: ScanSettings = ScanSettings()
     """How the parallel Scan runs."""
     cdc: StreamSettings = StreamSettings()
@@ -435,6 +463,12 @@ class DynamoDBSource(_Model):
     def writes_deletion_vectors(self, table: str) -> bool:
         return table in self.deletion_vectors
 
+    def row_filter(self, table: str) -> dict[str, Any] | None:
+        """The table's row filter as written ({expression, names, values}; ingest/sources/dynamodb/conditions.py
+        parses it), or None."""
+        spec = self.where.get(table)
+        return spec.model_dump() if spec else None
+
     def transforms(self, table: str):
         """The table's attribute transforms, salts resolved (see TableSelection.transforms)."""
         return resolve_transforms(table, self.transform.get(table, {}), f"transform.{table}")
@@ -450,7 +484,7 @@ class DynamoDBSource(_Model):
     def _declared(self) -> DynamoDBSource:
         from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
 
-        for field in ("history", "deletion_vectors", "transform"):
+        for field in ("history", "deletion_vectors", "transform", "where"):
             for table in getattr(self, field):
                 if table not in self.tables:
                     raise ValueError(f"{field}: {table!r} is not one of the source's tables {self.tables}")

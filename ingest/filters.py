@@ -80,21 +80,22 @@ def filter_changes(records: Sequence[ChangeRecord], inside: Callable[[list[Image
     def verdict(index: int | None) -> bool | None:
         return None if index is None else verdicts[index]
 
-    out: list[ChangeRecord] = []
-    for r, (b, a) in zip(records, slots):
-        before, after = verdict(b), verdict(a)
-        if r.op is ChangeOp.INSERT:
-            if after is not False:
-                out.append(r)
-        elif r.op is ChangeOp.UPDATE:
-            if after is not False:
-                out.append(r if before is not False else replace(r, op=ChangeOp.INSERT, before=None))
-            elif before is not False:
-                gone = r.before if r.before is not None else {k: r.row.get(k) for k in keys}
-                out.append(replace(r, op=ChangeOp.DELETE, row=gone, before=None))
-        elif r.op is ChangeOp.DELETE:
-            if before is not False:
-                out.append(r)
-        else:
-            out.append(r)
-    return out
+    landed = (land(r, verdict(b), verdict(a), keys) for r, (b, a) in zip(records, slots))
+    return [r for r in landed if r is not None]
+
+
+def land(r: ChangeRecord, before: bool | None, after: bool | None, keys: Sequence[str]) -> ChangeRecord | None:
+    """What one change lands as, given whether its images are inside the filter (None: not known; see the
+    module's table), or None for nothing."""
+    if r.op is ChangeOp.INSERT:
+        return r if after is not False else None
+    if r.op is ChangeOp.UPDATE:
+        if after is not False:
+            return r if before is not False else replace(r, op=ChangeOp.INSERT, before=None)
+        if before is not False:
+            gone = r.before if r.before is not None else {k: r.row.get(k) for k in keys}
+            return replace(r, op=ChangeOp.DELETE, row=gone, before=None)
+        return None
+    if r.op is ChangeOp.DELETE:
+        return r if before is not False else None
+    return r
