@@ -30,8 +30,10 @@ DATA_SOURCE_NAME = "ingest_dynamodb_segments"
 
 
 def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTypes, segments: list[int],
-                     total: int, consistent: bool, page_size: int | None, pos: int):
-    """A DataFrame over Scan `segments` of `total`, a Spark partition each, every row tagged `pos`."""
+                     total: int, consistent: bool, page_size: int | None, pos: int,
+                     row_filter: dict[str, Any] | None = None):
+    """A DataFrame over Scan `segments` of `total`, a Spark partition each, every row tagged `pos`; with a
+    `row_filter`, only the items it holds for."""
     from ingest.lake.datasource import register_reader
     from ingest.lake.tables import spark_ident
 
@@ -40,7 +42,8 @@ def read_segments_df(spark, settings: ClientSettings, table: str, types: TableTy
     spec = {"client": {"region": settings.region, "endpoint_url": settings.endpoint_url,
                        "max_attempts": settings.max_attempts},
             "table": table, "keys": list(types.key_columns), "columns": [(n, t.declared) for n, t in types.columns],
-            "segments": segments, "total": total, "consistent": consistent, "page_size": page_size, "pos": str(pos)}
+            "segments": segments, "total": total, "consistent": consistent, "page_size": page_size, "pos": str(pos),
+            **({"where": row_filter} if row_filter else {})}
     reader = spark.read.format(DATA_SOURCE_NAME).option("ddl", ddl).option("spec", json.dumps(spec))
     settings = settings.resolved()
     # option names with "secret", "key" or "token" are redacted by Spark in plans and the UI
@@ -66,6 +69,7 @@ class ScanSnapshotWrite:
     consistent_read: bool
     page_size: int | None
     transforms: TableTransforms = TableTransforms("")
+    row_filter: dict[str, Any] | None = None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.commits import waves
@@ -78,7 +82,12 @@ class ScanSnapshotWrite:
         stream_arn, desc = stream_of(self.settings.dynamodb(), self.source, self.table)
         types = TableTypes.build(self.table, desc["KeySchema"], desc["AttributeDefinitions"], self.declared)
         transforms = checked(self.transforms, types)
-        fingerprint = types.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
+        if self.row_filter:
+            from ingest.sources.dynamodb.conditions import check_with_scan
+
+            check_with_scan(self.settings.dynamodb(), self.table, self.row_filter)
+        fingerprint = (types.fingerprint() + (f";transforms:{transforms.metadata()}" if transforms else "")
+                       + (f";where:{json.dumps(self.row_filter, sort_keys=True)}" if self.row_filter else ""))
         # a snapshot resumes only with the same segmentation, and on the same stream: a stream replaced
         # mid-snapshot makes its recorded positions meaningless
         resume = resume_point(path, fingerprint, lambda last: last.get("segments_total") == self.segments and
@@ -99,7 +108,7 @@ class ScanSnapshotWrite:
 
         def read(wave):
             df = read_segments_df(spark, self.settings, self.table, types, list(wave), self.segments,
-                                  self.consistent_read, self.page_size, pos)
+                                  self.consistent_read, self.page_size, pos, self.row_filter)
             return df.coalesce(self.parallelism) if self.parallelism < len(wave) else df
 
         def progress(wave) -> dict[str, Any]:
@@ -120,7 +129,8 @@ class ScanSnapshotWrite:
                 "resumed": bool(resume), "stream_positions": json.loads(positions.to_metadata()),
                 "log_start_pos": str(pos), "key_columns": list(types.key_columns),
                 "delta_version": table_version(path),
-                **({"transformed_columns": transforms.metadata()} if transforms else {})}
+                **({"transformed_columns": transforms.metadata()} if transforms else {}),
+                **({"row_filter": self.row_filter["expression"]} if self.row_filter else {})}
 
 
 @dataclass(frozen=True)
@@ -135,9 +145,11 @@ class StreamBatchWrite:
     max_records: int
     page_limit: int
     transforms: TableTransforms = TableTransforms("")
+    row_filter: dict[str, Any] | None = None
 
     def apply(self, spark, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from ingest.lake.bronze import append_changes
+        from ingest.sources.dynamodb.conditions import condition
         from ingest.lake.deltalog import last_commit
         from ingest.lake.tables import SNAPSHOT, sibling_location
         from ingest.sources.dynamodb.streams import read_stream_batch, stream_of
@@ -162,7 +174,8 @@ class StreamBatchWrite:
         transforms = checked(self.transforms, types)
         log(f"bronze {self.source}/{self.table} batch {self.batch_key}: reading the stream from {start.summary()}")
         batch = read_stream_batch(self.settings.streams(), self.source, self.table, types, start,
-                                  self.max_records, self.page_limit)
+                                  self.max_records, self.page_limit,
+                                  condition(self.row_filter) if self.row_filter else None)
         positions = {"start": start.to_metadata(), "end": batch.end.to_metadata(), "records": len(batch.records),
                      "stream": stream_arn}
         meta = append_changes(spark, path, self.source, self.table, self.batch_key, batch.records,
@@ -171,7 +184,8 @@ class StreamBatchWrite:
         lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
         return {**meta, "pages": batch.pages, "iterator_refreshes": batch.iterator_refreshes,
                 "shards_finished": len(batch.shards_finished), "lag_seconds": round(lag, 3),
-                "ttl_deletes": sum(r.origin == "ttl" for r in batch.records), "position": batch.end.summary()}
+                "ttl_deletes": sum(r.origin == "ttl" for r in batch.records), "position": batch.end.summary(),
+                **({"records_read": batch.read} if self.row_filter else {})}
 
 
 def checked(transforms: TableTransforms, types: TableTypes) -> TableTransforms:
@@ -219,7 +233,7 @@ def keys_changed_since(settings: ClientSettings, source: str, table: str, types:
 
 def reconcile(spark, settings: ClientSettings, source: str, table: str, declared: dict[str, str], silver_path: str,
               snapshot_path: str, *, segments: int, parallelism: int, consistent_read: bool, page_size: int | None,
-              page_limit: int, transforms: TableTransforms | None = None):
+              page_limit: int, transforms: TableTransforms | None = None, row_filter: dict[str, Any] | None = None):
     """Compare silver's live rows with a parallel Scan of the table now. A Scan is no point in time, so
     every key the stream shows changed after silver's position, up to after the Scan, is left to the next
     batch; the key ranges come from a sample of silver's keys (DynamoDB keeps no order across a table)."""
@@ -243,7 +257,7 @@ def reconcile(spark, settings: ClientSettings, source: str, table: str, declared
     keys = [lake_name(k) for k in types.key_columns]
     silver = live_rows(spark.read.format("delta").load(silver_path))
     scan = read_segments_df(spark, settings, table, types, list(range(segments)), segments, consistent_read,
-                            page_size, 0).drop("_pos")
+                            page_size, 0, row_filter).drop("_pos")
     if parallelism < segments:
         scan = scan.coalesce(parallelism)
 

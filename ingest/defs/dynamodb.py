@@ -46,7 +46,7 @@ def snapshot_asset(name: str, source: DynamoDBSource, table: str) -> AssetsDefin
         settings = getattr(context.resources, resource_key(name)).settings()
         return ScanSnapshotWrite(name, table, settings, dict(source.attributes.get(table, {})), s.segments,
                                  s.parallelism, s.segments_per_commit, s.consistent_read, s.page_size,
-                                 source.transforms(table))
+                                 source.transforms(table), source.row_filter(table))
 
     return _snapshot
 
@@ -66,7 +66,8 @@ def changes_asset(name: str, source: DynamoDBSource, table: str,
         settings = getattr(context.resources, resource_key(name)).settings()
         # Each batch starts at its predecessor's committed end: a range runs them in order.
         return InOrder([StreamBatchWrite(name, table, batch, settings, dict(source.attributes.get(table, {})),
-                                         source.cdc.max_records, source.cdc.page_limit, source.transforms(table))
+                                         source.cdc.max_records, source.cdc.page_limit, source.transforms(table),
+                                         source.row_filter(table))
                         for batch in sorted(context.partition_keys, key=batch_ordinal)], small_batches=True)
 
     return _changes
@@ -179,7 +180,8 @@ def reconciliation_checks(name: str, source: DynamoDBSource) -> AssetChecksDefin
                            dict(source.attributes.get(table, {})), lake.path_for(_table_key(name, table)),
                            lake.path_for(_table_key(name, table, "snapshot")), segments=s.segments,
                            parallelism=s.parallelism, consistent_read=True, page_size=s.page_size,
-                           page_limit=source.cdc.page_limit, transforms=source.transforms(table))
+                           page_limit=source.cdc.page_limit, transforms=source.transforms(table),
+                           row_filter=source.row_filter(table))
         return reconciliation_result(context, result)
 
     return per_table_check(name, RECONCILIATION, {t: _table_key(name, t) for t in source.tables}, lambda table: (

@@ -96,6 +96,15 @@ class DynamoHarness:
     def snapshot(self, table: str):
         return self.run([AssetKey([self.name, table, "snapshot"])])
 
+    def check(self, table: str, name: str = "reconciliation"):
+        """Run one asset check of `table`'s silver asset alone; its evaluation."""
+        from dagster import AssetCheckKey, AssetSelection
+
+        result = materialize([*self.assets, *self.checks], selection=AssetSelection.checks(
+            AssetCheckKey(AssetKey([self.name, table]), name)), instance=self.instance, resources=self.resources)
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation
+
     def tick(self):
         with build_sensor_context(instance=self.instance, resources=self.resources) as context:
             return self.sensor(context)

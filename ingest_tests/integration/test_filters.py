@@ -2,6 +2,7 @@
 on every change batch, with the source's semantics (here a case-insensitive collation and an ENUM)."""
 
 import json
+import re
 import uuid
 
 import pytest
@@ -377,3 +378,85 @@ def test_dynamodb_conditions_judge_items_as_dynamodb_local_does(dynamodb):
             wrong.append((expression, [by_id[i] for i in sorted(judged - found)[:2]],
                           [by_id[i] for i in sorted(found - judged)[:2]]))
     assert not wrong, wrong
+
+
+def test_dynamodb_filter_lands_only_items_inside_on_the_scan_and_the_stream(spark, spark_server, dynamodb, tmp_path):
+    import boto3
+
+    from ingest.sources.dynamodb.conditions import scan_arguments
+    from ingest_tests.integration.dynamodb_harness import DynamoHarness, create_table, unique, write_sources
+
+    marker = uuid.uuid4().hex[:10]  # only in items that are never inside the filter
+    client = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
+    table = create_table(client, unique("carts"))
+    where = {"expression": "st1 = :open AND begins_with(#r, :eu)", "names": {"#r": "region"},
+             "values": {":open": "open", ":eu": "eu"}}
+
+    def put(i: int, st: str, region: str, owner: str = "x") -> None:
+        client.put_item(TableName=table, Item={"id": {"S": f"c{i}"}, "st1": {"S": st}, "region": {"S": region},
+                                               "owner": {"S": owner}})
+
+    def inside_now() -> list[str]:
+        found, kwargs = [], {"TableName": table, **scan_arguments(where)}
+        while True:
+            page = client.scan(**kwargs)
+            found += [i["id"]["S"] for i in page["Items"]]
+            if "LastEvaluatedKey" not in page:
+                return sorted(found)
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    put(1, "open", "eu-west"), put(2, "open", "us", f"Bob {marker}"), put(3, "closed", "eu"), put(4, "open", "eu-north")
+    sources = write_sources(tmp_path, dynamodb.endpoint_url, [table], name="ddb", where={table: where})
+    (tmp_path / "dagster").mkdir()
+    instance = DagsterInstance.local_temp(str(tmp_path / "dagster"))
+    try:
+        h = DynamoHarness(spark, sources, tmp_path / "lake", instance, dynamodb.endpoint_url, name="ddb")
+        h.snapshot(table)
+        snapshot = spark.read.format("delta").load(h.path(table, "snapshot"))
+        assert sorted(r["id"] for r in snapshot.collect()) == inside_now() == ["c1", "c4"]
+        put(5, "open", "eu"), put(6, "open", "us", f"Fay {marker}")
+        put(1, "open", "us")  # moves out: a delete
+        put(3, "open", "eu")  # moves in: an insert
+        put(2, "open", "us", f"Bo {marker}")  # stays out
+        client.delete_item(TableName=table, Key={"id": {"S": "c4"}})
+        client.delete_item(TableName=table, Key={"id": {"S": "c6"}})
+        assert h.sync_until_idle()
+        assert sorted(r[0] for r in h.silver_rows(table)) == inside_now() == ["c3", "c5"]
+        bronze = spark.read.format("delta").load(h.path(table, "bronze"))
+        # the stream also holds the items' first puts (before the snapshot): the ones inside land again
+        assert sorted({(r["id"], r["_op"]) for r in bronze.collect()}) == [
+            ("c1", "delete"), ("c1", "insert"), ("c3", "insert"), ("c4", "delete"), ("c4", "insert"), ("c5", "insert")]
+        evaluation = h.check(table)
+        assert evaluation.passed, evaluation.metadata
+        assert_no_marker_written(marker, tmp_path, spark_server, sources)
+    finally:
+        instance.dispose()
+
+
+def test_a_dynamodb_filter_dynamodb_refuses_fails_the_snapshot_before_anything_is_written(
+        spark, dynamodb, tmp_path):
+    import boto3
+
+    from ingest_tests.integration.dynamodb_harness import DynamoHarness, create_table, unique, write_sources
+
+    client = boto3.client("dynamodb", endpoint_url=dynamodb.endpoint_url, region_name="us-east-1")
+    table = create_table(client, unique("refused"))
+    sources = write_sources(tmp_path, dynamodb.endpoint_url, [table], name="ddb",
+                            where={table: {"expression": "status = :a", "values": {":a": "open"}}})
+    h = DynamoHarness(spark, sources, tmp_path / "lake", DagsterInstance.ephemeral(), dynamodb.endpoint_url,
+                      name="ddb")
+    result = h.run([AssetKey(["ddb", table, "snapshot"])], expect_success=False)
+    assert f"table {table}: DynamoDB refused the row filter where.{table}" in h.failure(result)
+    assert "reserved keyword: status" in h.failure(result)
+    assert not (tmp_path / "lake" / "ddb" / table).exists()
+
+
+def test_a_dynamodb_filter_that_does_not_parse_is_refused_at_load(tmp_path):
+    from ingest.config import ConfigError, load_config
+    from ingest_tests.integration.dynamodb_harness import write_sources
+
+    for where, message in (({"expression": "st1 = :nope"}, "value :nope is not defined (values)"),
+                           ({"expression": "st1 = = :a", "values": {":a": 1}}, "expected an attribute or a :value"),
+                           ({"expression": "#x = :a", "values": {":a": 1}}, "name #x is not defined (names)")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(write_sources(tmp_path, "http://127.0.0.1:1", ["carts"], where={"carts": where}))

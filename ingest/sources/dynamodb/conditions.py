@@ -354,6 +354,20 @@ def condition(spec: Mapping[str, Any]) -> Condition:
                            {k: typed_value(v) for k, v in (spec.get("values") or {}).items()})
 
 
+def check_with_scan(client, table: str, spec: Mapping[str, Any]) -> None:
+    """Ask DynamoDB to take the filter (a Scan of one item): it refuses what this parser lets through, a
+    reserved word used as an attribute name among them. ConditionError names the table and the fix."""
+    try:
+        client.scan(TableName=table, Limit=1, **scan_arguments(spec))
+    except Exception as exc:  # noqa: BLE001 - botocore's ClientError, by its code
+        error = getattr(exc, "response", {}).get("Error", {})
+        if error.get("Code") != "ValidationException":
+            raise
+        raise ConditionError(f"table {table}: DynamoDB refused the row filter where.{table} "
+                             f"({error.get('Message', '').strip()}). Fix: correct the expression; a reserved word "
+                             "as an attribute name goes through names (#placeholder)") from None
+
+
 def scan_arguments(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The filter as Scan's FilterExpression and its attribute names and values."""
     out: dict[str, Any] = {"FilterExpression": spec["expression"]}

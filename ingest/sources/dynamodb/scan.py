@@ -18,7 +18,7 @@ same positions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -28,9 +28,13 @@ from ingest.sources.dynamodb.types import TableTypes
 
 
 def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segment: int, total: int,
-                 consistent: bool, page_size: int | None, pos: int, arrow_schema) -> Iterator[Any]:
-    """Arrow record batches of one Scan segment, a page at a time, each row tagged with `pos`. The next
+                 consistent: bool, page_size: int | None, pos: int, arrow_schema,
+                 row_filter: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """Arrow record batches of one Scan segment, a page at a time, each row tagged with `pos`; with a
+    `row_filter` ({expression, names, values}) only the items it holds for, filtered by DynamoDB. The next
     page is asked for before this one is converted, so the service's time overlaps the conversion."""
+    from ingest.sources.dynamodb.conditions import scan_arguments
+
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
@@ -41,6 +45,8 @@ def scan_segment(settings: ClientSettings, table: str, types: TableTypes, segmen
                               "ConsistentRead": consistent}
     if page_size:
         kwargs["Limit"] = page_size
+    if row_filter:
+        kwargs.update(scan_arguments(row_filter))
     pos_value = Decimal(pos)
     where = f"Scan of {table} segment {segment}/{total}"
     with ThreadPoolExecutor(1, thread_name_prefix="scan") as pool:
@@ -67,4 +73,4 @@ def read_segment(spec: dict[str, Any], options: dict[str, str], segment: int, ar
                               session_token=options.get("session_token"))
     types = TableTypes(spec["table"], tuple(spec["keys"]), tuple((n, parse_type(t)) for n, t in spec["columns"]))
     yield from scan_segment(settings, spec["table"], types, segment, spec["total"], spec["consistent"],
-                            spec["page_size"], int(spec["pos"]), arrow_schema)
+                            spec["page_size"], int(spec["pos"]), arrow_schema, spec.get("where"))

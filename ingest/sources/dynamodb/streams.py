@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ingest.changes import ChangeOp, ChangeRecord
+from ingest.filters import land
 from ingest.sources.dynamodb.client import StreamsApi, call, error_code
+from ingest.sources.dynamodb.conditions import Condition
 from ingest.sources.dynamodb.deserialize import from_item
 from ingest.sources.dynamodb.errors import StreamSettingsError, TableNotFound, resnapshot_fix
 from ingest.sources.dynamodb.positions import (
@@ -67,8 +69,10 @@ def describe_stream(api: StreamsApi, stream_arn: str, table: str, source: str) -
     return StreamDescription(stream_arn, desc.get("StreamStatus", ""), view, shards)
 
 
-def change_record(table: str, types: TableTypes, shard: ShardCheckpoint, record: Mapping[str, Any]) -> ChangeRecord:
-    """One stream record in the lake's change shape (pure)."""
+def change_record(table: str, types: TableTypes, shard: ShardCheckpoint, record: Mapping[str, Any],
+                  condition: Condition | None = None) -> ChangeRecord | None:
+    """One stream record in the lake's change shape (pure); with a row filter's `condition`, what it lands
+    as (ingest/filters.py), judged on its typed images, or None."""
     dyn = record["dynamodb"]
     op = OPS.get(record.get("eventName", ""))
     if op is None:
@@ -84,13 +88,18 @@ def change_record(table: str, types: TableTypes, shard: ShardCheckpoint, record:
     before = dyn.get("OldImage") if op == ChangeOp.UPDATE else None
     identity = record.get("userIdentity") or {}
     ttl = identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
-    return ChangeRecord(
+    change = ChangeRecord(
         table=table, op=op, pos=record_pos(shard.generation, dyn["SequenceNumber"]),
         row=types.row(from_item(image)),
         before=types.row(from_item(before)) if before else None,
         committed_at=_timestamp(dyn.get("ApproximateCreationDateTime")),
         txid=record.get("eventID"), origin="ttl" if ttl else None,
     )
+    if condition is None:
+        return change
+    old, new = dyn.get("OldImage"), dyn.get("NewImage")  # NEW_IMAGE streams log no old image: not known
+    return land(change, None if old is None else condition.holds(old),
+                None if op == ChangeOp.DELETE else condition.holds(new), types.key_columns)
 
 
 def _timestamp(value: Any) -> dt.datetime | None:
@@ -108,6 +117,8 @@ class StreamBatch:
     start: StreamCheckpoint
     end: StreamCheckpoint
     records: list[ChangeRecord] = field(default_factory=list)
+    read: int = 0
+    """Records read, kept or not (a row filter keeps some)."""
     pages: int = 0
     iterator_refreshes: int = 0
     shards_finished: list[str] = field(default_factory=list)
@@ -138,9 +149,10 @@ class _ShardReader:
             raise
 
     def read(self, shard: ShardCheckpoint, types: TableTypes, budget: int, page_limit: int,
-             end_seq: str | None) -> ShardRead:
-        """Records after the shard's checkpoint, at most `budget`; expired iterators are refreshed
-        from the checkpoint as advanced by the pages already taken.
+             end_seq: str | None, condition: Condition | None = None) -> ShardRead:
+        """Records after the shard's checkpoint, at most `budget` read (those a row filter's `condition`
+        leaves out are read, not kept); expired iterators are refreshed from the checkpoint as advanced by
+        the pages already taken.
 
         The next page is asked for before this one is decoded (its iterator comes with the page),
         so the service's time for it overlaps the decoding; the calls are the same, in the same order."""
@@ -166,7 +178,7 @@ class _ShardReader:
                     if code == "ExpiredIteratorException" and got.refreshes < MAX_ITERATOR_REFRESHES:
                         got.refreshes += 1
                         it = self.iterator(got.checkpoint)
-                        ahead = ask(it, budget - len(got.records))
+                        ahead = ask(it, budget - got.read)
                         continue
                     if code == "TrimmedDataAccessException":
                         raise self._gap(got.checkpoint, exc) from None
@@ -180,8 +192,10 @@ class _ShardReader:
                 # an open shard answering an empty page has nothing more for now
                 idle = it is not None and not records and (end_seq is None or empty + 1 >= MAX_EMPTY_PAGES_CLOSED)
                 empty += it is not None and not records
-                ahead = None if idle else ask(it, budget - len(got.records) - len(records))
-                got.records += [change_record(self.table, types, got.checkpoint, rec) for rec in records]
+                ahead = None if idle else ask(it, budget - got.read - len(records))
+                got.read += len(records)
+                landed = (change_record(self.table, types, got.checkpoint, rec, condition) for rec in records)
+                got.records += [r for r in landed if r is not None]
                 if records:  # once a page: a checkpoint per record was a tenth of the decoding
                     got.checkpoint = replace(got.checkpoint, sequence_number=last)
         if it is None:  # DynamoDB closed the shard and it is read to its end
@@ -193,14 +207,17 @@ class _ShardReader:
 class ShardRead:
     checkpoint: ShardCheckpoint
     records: list[ChangeRecord] = field(default_factory=list)
+    read: int = 0
+    """Records read, kept or not."""
     pages: int = 0
     refreshes: int = 0
     finished: bool = False
 
 
 def read_stream_batch(api: StreamsApi, source: str, table: str, types: TableTypes, start: StreamCheckpoint,
-                      max_records: int, page_limit: int = 1000) -> StreamBatch:
-    """Read at most `max_records` records after `start`; the batch ends after the last one read.
+                      max_records: int, page_limit: int = 1000, condition: Condition | None = None) -> StreamBatch:
+    """Read at most `max_records` records after `start`; the batch ends after the last one read. With a
+    row filter's `condition`, the batch keeps what each record lands as (ingest/filters.py).
 
     Shards are read in lineage order, parents first; when a shard is read to
     its end the listing is refreshed, since its children may be newer than it.
@@ -214,7 +231,7 @@ def read_stream_batch(api: StreamsApi, source: str, table: str, types: TableType
     checkpoint = start
     batch = StreamBatch(start=start, end=start)
     visited: set[str] = set()
-    while len(batch.records) < max_records:
+    while batch.read < max_records:
         desc = describe_stream(api, start.stream_arn, table, source)
         checkpoint = advance(checkpoint, desc.shards, table)
         end_seq = {s.shard_id: s.end_seq for s in desc.shards}
@@ -223,8 +240,10 @@ def read_stream_batch(api: StreamsApi, source: str, table: str, types: TableType
             break
         finished_any = False
         for shard in todo:
-            got = reader.read(shard, types, max_records - len(batch.records), page_limit, end_seq.get(shard.shard_id))
+            got = reader.read(shard, types, max_records - batch.read, page_limit, end_seq.get(shard.shard_id),
+                              condition)
             batch.records += got.records
+            batch.read += got.read
             batch.pages += got.pages
             batch.iterator_refreshes += got.refreshes
             checkpoint = checkpoint.with_shard(got.checkpoint)
@@ -232,7 +251,7 @@ def read_stream_batch(api: StreamsApi, source: str, table: str, types: TableType
             if got.finished:
                 batch.shards_finished.append(shard.shard_id)
                 finished_any = True
-            if len(batch.records) >= max_records:
+            if batch.read >= max_records:
                 break
         if not finished_any:
             break
