@@ -276,24 +276,28 @@ class SnapshotWrite:
 
 # ---------------------------------------------------------------- change batches read on executors
 
-def change_batch_writes(source: str, params: ConnectionParams, batch, captured, transforms=None) -> Any:
+def change_batch_writes(source: str, params: ConnectionParams, batch, captured, transforms=None,
+                        filters: dict[str, tuple[RowFilter, TableSchema | None]] | None = None) -> Any:
     """A change batch as bronze writes (lake.bronze.ChangeBatch). A batch the source only planned
     (`batch.slices`) gets, for each table it touched, a DataFrame whose partitions are the slices,
     each decoded on an executor (`read_slice`): the binlog is fetched once per table, and each read
-    decodes only that table's rows, so the work is the batch's rows, not rows times tables."""
+    decodes only that table's rows, so the work is the batch's rows, not rows times tables. A table in
+    `filters` (its row filter and schema) has its slices judged by the server on the executors too."""
     from functools import partial
 
     from ingest.lake.bronze import bronze_writes
 
     frames = {t: partial(read_slices_df, params=params, table=t, captured=captured[t], slices=batch.slices,
-                         columns=changes.columns, batch_key=batch.key)
+                         columns=changes.columns, batch_key=batch.key, row_filter=(filters or {}).get(t))
               for t, changes in batch.tables.items() if changes.sliced}
     return bronze_writes(source, batch, frames, transforms)
 
 
 def read_slices_df(spark, *, params: ConnectionParams, table: str, captured, slices: list[dict],
-                   columns: list[tuple[str, str]], batch_key: str):
-    """One table's changes in a batch, one Spark partition per slice, in bronze's schema."""
+                   columns: list[tuple[str, str]], batch_key: str,
+                   row_filter: tuple[RowFilter, TableSchema | None] | None = None):
+    """One table's changes in a batch, one Spark partition per slice, in bronze's schema; with a
+    `row_filter` (and the table's schema, None for a table dropped since), what they land as under it."""
     from ingest.lake.bronze import bronze_ddl
     from ingest.lake.datasource import register_reader
 
@@ -305,6 +309,11 @@ def read_slices_df(spark, *, params: ConnectionParams, table: str, captured, sli
         "declared": dict(captured.declared), "columns": [list(c) for c in columns], "batch": batch_key,
         "slices": slices,
     }
+    if row_filter:
+        where, schema = row_filter
+        spec["filter"] = {"where": where.where, "dropped": True} if schema is None else {
+            "where": where.where, "database": schema.database, "columns": [c.__dict__ for c in schema.columns],
+            "keys": list(schema.primary_key)}
     return (spark.read.format(SLICES_SOURCE_NAME).option("ddl", bronze_ddl(columns))
             .option("spec", json.dumps(spec)).option("password", params.password).load())
 
@@ -324,16 +333,65 @@ def read_slice(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_
     captured = CapturedTable(tuple(spec["keys"]), frozenset(spec["excluded"]), spec["declared"])
     result = BatchResult(end=piece.start)
     rows = BronzeRows([tuple(c) for c in spec["columns"]], spec["batch"], arrow_schema)
+    judge = SliceFilter(params, table, spec["filter"]) if "filter" in spec else None
     events = scan_batch(params, piece, {table: captured}, result)
     try:
         for event in events:
             if table in result.skipped:
                 # the planning pass saw every table map of the batch: it would have left the table out
                 raise RuntimeError(f"slice {piece.key} of table {table}: {result.skipped[table]}")
-            rows.add(event.names, event.changes, event.committed_at, event.txid)
-            if len(rows) >= ARROW_ROWS:
+            if judge is None:
+                rows.add(event.names, event.changes, event.committed_at, event.txid)
+            else:
+                judge.add(event)
+            if len(rows) >= ARROW_ROWS or (judge is not None and len(judge) >= ARROW_ROWS):
+                if judge is not None:
+                    judge.flush(rows)
                 yield from rows.arrow().to_batches()
+        if judge is not None:
+            judge.flush(rows)
     finally:
         events.close()
+        if judge is not None:
+            judge.close()
     if len(rows):
         yield from rows.arrow().to_batches()
+
+
+class SliceFilter:
+    """A slice's changes of a filtered table, held until judged by the server in one call per ARROW_ROWS
+    (ingest/sources/mysql/filters.py) and then added to bronze's rows as what they land as."""
+
+    def __init__(self, params: ConnectionParams, table: str, spec: dict[str, Any]) -> None:
+        from ingest.filters import RowFilter
+        from ingest.sources.mysql.types import MySQLColumn
+
+        self.table, self.row_filter, self.held = table, RowFilter(table, spec["where"]), []
+        # a table dropped since: nothing to judge by, and its DROP empties silver (filters.filter_batch)
+        self.dropped = spec.get("dropped", False)
+        if not self.dropped:
+            self.database, self.keys = spec["database"], spec["keys"]
+            self.columns = [MySQLColumn(**c) for c in spec["columns"]]
+            self.conn = params.connect()
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def add(self, event) -> None:
+        self.held += event.records()
+
+    def flush(self, rows) -> None:
+        from ingest.changes import ChangeOp
+        from ingest.sources.mysql.filters import filtered_records
+
+        landed = ([r for r in self.held if r.op is ChangeOp.TRUNCATE] if self.dropped else filtered_records(
+            self.conn, self.database, self.table, self.columns, self.keys, self.row_filter, self.held))
+        for r in landed:
+            names = tuple(r.row)
+            before = None if r.before is None else [r.before.get(n) for n in names]
+            rows.add(names, [(r.op, r.pos, list(r.row.values()), before)], r.committed_at, r.txid)
+        self.held = []
+
+    def close(self) -> None:
+        if not self.dropped:
+            self.conn.close()

@@ -120,23 +120,36 @@ def column_array(ctype, texts, arrow_type):
 def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Iterator[Any]:
     """One table's changes in a batch the driver only planned (executor side): streamed from the slot and
     turned into bronze rows by the code of a batch read in the driver, ARROW_ROWS at a time."""
+    from contextlib import nullcontext
+
     from ingest.lake.bronze import records_arrow
     from ingest.lake.datasource import ARROW_ROWS
     from ingest.sources.postgres.cdc import table_changes
+    from ingest.sources.postgres.filters import described, filtered_records
     from ingest.sources.postgres.positions import LsnRange
 
     params = PgParams(**spec["conn"], password=options["password"])
     columns = [tuple(c) for c in spec["columns"]]
-    with params.connect() as conn:
+    with params.connect() as conn, (params.connect() if "where" in spec else nullcontext()) as judge:
+        # a filtered table's records are judged on a connection of their own (this one streams the slot)
+        if judge is not None:
+            table, json_columns = described(judge, part["table"])
+            row_filter = RowFilter(part["table"], spec["where"])
+
+        def landed(records: list) -> Any:
+            if judge is not None:
+                records = filtered_records(judge, table, json_columns, row_filter, records)
+            return records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
+
         records = []
         for record in table_changes(conn, spec["source"], spec["slot"], spec["publication"],
                                     LsnRange.from_key(spec["batch"]), part["table"]):
             records.append(record)
             if len(records) >= ARROW_ROWS:
-                yield from records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
+                yield from landed(records)
                 records = []
         if records:
-            yield from records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
+            yield from landed(records)
 
 
 # ---------------------------------------------------------------- driver side
@@ -208,30 +221,32 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
 
 
 def change_batch_writes(source: str, params: PgParams, slot: str, publication: str, batch, qualified: dict[str, str],
-                        transforms=None):
+                        transforms=None, filters: dict[str, RowFilter] | None = None):
     """A change batch as bronze writes (lake.bronze.ChangeBatch): the tables a large batch only planned
-    (TableChanges.sliced) get a DataFrame that an executor reads from the slot; `qualified`: each
-    table's schema.table by its name in the batch."""
+    (TableChanges.sliced) get a DataFrame that an executor reads from the slot (and judges by the table's
+    row filter in `filters`); `qualified`: each table's schema.table by its name in the batch."""
     from functools import partial
 
     from ingest.lake.bronze import bronze_writes
 
     frames = {t: partial(table_changes_df, params=params, source=source, slot=slot, publication=publication,
-                         table=qualified[t], changes=changes, batch_key=batch.key)
+                         table=qualified[t], changes=changes, batch_key=batch.key,
+                         row_filter=(filters or {}).get(t))
               for t, changes in batch.tables.items() if changes.sliced}
     return bronze_writes(source, batch, frames, transforms)
 
 
 def table_changes_df(spark, *, params: PgParams, source: str, slot: str, publication: str, table: str, changes,
-                     batch_key: str):
-    """One table's changes in a batch (TableChanges, sliced) as a DataFrame of bronze rows, one partition."""
+                     batch_key: str, row_filter: RowFilter | None = None):
+    """One table's changes in a batch (TableChanges, sliced) as a DataFrame of bronze rows, one partition;
+    with a `row_filter`, what they land as under it."""
     from ingest.lake.bronze import bronze_ddl
     from ingest.lake.datasource import register_reader
 
     register_reader(spark, CHANGES_SOURCE_NAME, read_table_changes, "parts")
     spec = {"conn": {k: v for k, v in asdict(params).items() if k != "password"}, "source": source, "slot": slot,
             "publication": publication, "columns": [list(c) for c in changes.columns], "batch": batch_key,
-            "parts": [{"table": table}]}
+            "parts": [{"table": table}], **({"where": row_filter.where} if row_filter else {})}
     return (spark.read.format(CHANGES_SOURCE_NAME).option("ddl", bronze_ddl(changes.columns, changes.unchanged))
             .option("spec", json.dumps(spec)).option("password", params.password).load())
 

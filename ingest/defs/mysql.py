@@ -147,10 +147,6 @@ def excluded_metadata(source: MySQLSource, table: str) -> dict:
     return {"excluded_columns": ", ".join(excluded)} if excluded else {}
 
 
-UNSLICED = 2**62
-"""parallel_min_bytes that no batch reaches: every batch decoded in the run."""
-
-
 def batch_asset(name: str, source: MySQLSource, tables: list[str], config: SourcesConfig,
                 partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
     """MySQL's change batch: the binlog read once per batch for all tables of the source."""
@@ -188,18 +184,17 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
                         transforms[t] = source.transforms(t)
                         if row_filter := source.tables.row_filter(t):
                             filters[t] = row_filter
-            # Spark's executors do not evaluate row filters yet: a source with one decodes its batches here
             got = read_change_batch(params, name, batch, captured, all_tables=tables,
                                     previous_server_id=last_server_id(context.instance, name, tables),
-                                    skipped=skipped, parallel_min_bytes=(
-                                        source.cdc.executor_min_bytes if not filters else UNSLICED))
-            return filter_batch(params, got, schemas, filters), captured, transforms
+                                    skipped=skipped, parallel_min_bytes=source.cdc.executor_min_bytes)
+            return (filter_batch(params, got, schemas, filters), captured, transforms,
+                    {t: (f, schemas.get(t)) for t, f in filters.items()})
 
         from ingest.adapters.mysql import change_batch_writes
 
         # a large batch is only planned here: its tables' changes are read on Spark's executors
-        got, captured, transforms = retry_batch_read(once, name, batch, params)
-        return change_batch_writes(name, params, got, captured, transforms)
+        got, captured, transforms, filters = retry_batch_read(once, name, batch, params)
+        return change_batch_writes(name, params, got, captured, transforms, filters)
 
     text = BatchAssetText(
         "mysql", lambda t: f"`{source.database}.{t}`", "with op, `_pos`, commit time, GTID and the before image of "

@@ -80,22 +80,6 @@ def snapshot_asset(name: str, source: PostgresSource, table: str) -> AssetsDefin
     return _snapshot
 
 
-def filtered_tables(conn, filters: dict) -> dict:
-    """Each filtered table (schema.table) described, with its json/jsonb columns, after its filter is
-    checked (RowFilterError names the table, the problem and the fix: the batch fails before writing)."""
-    from ingest.sources.postgres.filters import check_filter
-    from ingest.sources.postgres.schema import describe_table, types_of
-
-    out = {}
-    for qualified, row_filter in filters.items():
-        check_filter(conn, qualified, row_filter)
-        table = describe_table(conn, qualified)
-        types = types_of(conn, [c.type_oid for c in table.columns])
-        out[qualified] = (table, frozenset(c.name for c in table.columns
-                                           if types[c.type_oid].name in ("json", "jsonb")))
-    return out
-
-
 def batch_asset(name: str, source: PostgresSource, tables: list[str],
                 partitions: DynamicPartitionsDefinition) -> AssetsDefinition:
     def read(context: AssetExecutionContext, batch: str):
@@ -104,19 +88,17 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
         from ingest.adapters.postgres import change_batch_writes
         from ingest.changes import SourceBatch
         from ingest.sources.postgres.cdc import read_change_batch
-        from ingest.sources.postgres.filters import filter_batch
+        from ingest.sources.postgres.filters import check_filter, described, filter_batch
         from ingest.sources.postgres.positions import LsnRange
 
         params, slot = PgParams.of(source), source.slot_name(name)
         filters = {source.qualified(t): f for t in tables if (f := source.tables.row_filter(t))}
         with params.connect() as conn:  # a large batch is only planned here: executors read its changes
-            described = filtered_tables(conn, filters)
-            # Spark's executors do not evaluate row filters yet: a source with one reads its batches here
+            for qualified, row_filter in filters.items():  # RowFilterError: the batch fails before writing
+                check_filter(conn, qualified, row_filter)
             got = read_change_batch(conn, name, slot, source.publication, LsnRange.from_key(batch),
-                                    [source.qualified(t) for t in tables],
-                                    None if filters else source.cdc.executor_min_bytes)
-            got = filter_batch(conn, got, {q: t for q, (t, _) in described.items()},
-                               {q: j for q, (_, j) in described.items()}, filters)
+                                    [source.qualified(t) for t in tables], source.cdc.executor_min_bytes)
+            got = filter_batch(conn, got, {q: described(conn, q) for q in filters}, filters)
         by_name = {source.qualified(t): t for t in tables}
         changes = {by_name[q]: replace(c, records=[replace(r, table=by_name[q]) for r in c.records])
                    for q, c in got.tables.items()}
@@ -124,7 +106,8 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
                       for t, c in changes.items()}
         return change_batch_writes(name, params, slot, source.publication,
                                    SourceBatch(got.key, changes, got.positions, got.extra),
-                                   {t: source.qualified(t) for t in tables}, transforms)
+                                   {t: source.qualified(t) for t in tables}, transforms,
+                                   {t: f for t in tables if (f := source.tables.row_filter(t))})
 
     text = BatchAssetText(
         "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place among the "

@@ -82,8 +82,25 @@ def test_mysql_filter_lands_only_rows_inside_and_moves_become_deletes_and_insert
         (1, "EU", "Ann", "active"), (3, "Eu", "Cyd", "active"), (5, "EU", "Ed", "active")]
     update = bronze.where("id = 3 AND _op = 'update'").collect()
     assert [json.loads(r["_before"])["name"] for r in update] == ["Cy"]
+
+    # a batch Spark's executors decode (executor_min_bytes 0): its slices are judged there, the same way
+    with root.cursor() as cur:
+        cur.execute("INSERT INTO customers VALUES (7, 'eU', 'Gus', 'active'), (8, 'asia', %s, 'active')",
+                    (f"Hal {marker}",))
+        cur.execute("UPDATE customers SET status = 'closed' WHERE id = 5")  # moves out
+        cur.execute("UPDATE customers SET region = 'EU', name = 'Bob' WHERE id = 2")  # moves in
+        cur.execute("UPDATE customers SET name = %s WHERE id = 8", (f"Hu {marker}",))  # stays out
+    sliced = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["customers"],
+                                             where={"customers": WHERE}, history=["customers"],
+                                             cdc={"executor_min_bytes": 0}), tmp_path / "lake", h.instance)
+    assert sliced.sync() is not None
+    bronze_meta = h.instance.get_latest_materialization_event(
+        AssetKey(["src", "customers", "changes"])).asset_materialization.metadata
+    assert bronze_meta["slices"].value >= 1  # read on the executors
+    assert h.live("customers", columns) == filtered_source_rows(root) == [
+        (1, "EU", "Ann", "active"), (2, "EU", "Bob", "active"), (3, "Eu", "Cyd", "active"), (7, "eU", "Gus", "active")]
     history = spark.read.format("delta").load(str(tmp_path / "lake" / "src" / "customers" / "history"))
-    assert not history.where("id IN (2, 6)").count()
+    assert not history.where("id IN (6, 8)").count() and history.where("id = 2").count() == 1
 
     evaluation = h.check("customers")  # compares only the rows inside the filter
     assert evaluation.passed, evaluation.metadata
@@ -176,7 +193,7 @@ def test_a_batch_judges_every_type_as_the_server_judges_the_row_it_logged(mariad
             assert differ == zero_or_null.get(c, set()), f"column {c} ({columns[c].type})"
 
 
-def pg_source(tmp_path, pg, where: dict, table: str = "accounts"):
+def pg_source(tmp_path, pg, where: dict, table: str = "accounts", **cdc):
     import yaml
 
     from ingest_tests.integration.cdc_harness import HARNESS_CDC
@@ -185,7 +202,7 @@ def pg_source(tmp_path, pg, where: dict, table: str = "accounts"):
     path.write_text(yaml.safe_dump({"sources": {"pgf": {
         "kind": "postgres", "host": pg.host, "port": pg.port, "user": pg.user,
         "password_env": "INGEST_TEST_PG_PASSWORD", "database": "postgres", "publication": f"{table}_pub",
-        "slot": "pgf_slot", "tables": {"include": [table], "where": where}, "cdc": HARNESS_CDC}}}))
+        "slot": "pgf_slot", "tables": {"include": [table], "where": where}, "cdc": {**HARNESS_CDC, **cdc}}}}))
     return path
 
 
@@ -249,6 +266,23 @@ def test_postgres_filter_lands_only_rows_inside_and_an_unsent_toasted_value_is_j
         bronze = spark.read.format("delta").load(str(tmp_path / "lake" / "pgf" / "accounts" / "bronze"))
         assert sorted((r["id"], r["_op"]) for r in bronze.collect()) == [
             (1, "delete"), (3, "insert"), (4, "delete"), (5, "insert")]
+
+        # a batch Spark's executors read from the slot (executor_min_bytes 0): judged there the same way
+        with pg.connect() as conn:
+            conn.execute("INSERT INTO accounts VALUES (7, 'eU', 'Gus', 'active', NULL), (8, 'asia', %s, 'active', "
+                         "NULL)", (f"Hal {marker}",))
+            conn.execute("UPDATE accounts SET status = 'closed' WHERE id = 5")  # moves out
+            conn.execute("UPDATE accounts SET owner = 'Cyd' WHERE id = 3")  # stays in, notes not sent
+            conn.execute("UPDATE accounts SET owner = %s WHERE id = 8", (f"Hu {marker}",))  # stays out
+        h = CdcHarness(spark, pg_source(tmp_path, pg, {"accounts": PG_WHERE}, executor_min_bytes=0),
+                       tmp_path / "lake", instance, name="pgf")
+        assert h.sync() is not None
+        bronze_meta = instance.get_latest_materialization_event(
+            AssetKey(["pgf", "accounts", "changes"])).asset_materialization.metadata
+        assert bronze_meta["read_on_executors"].value is True
+        assert h.live("accounts", columns) == source_rows()
+        assert [r[0] for r in source_rows()] == [3, 7] and source_rows()[0][2] == "Cyd"
+        assert len(source_rows()[0][4]) == 400 * 32
         evaluation = h.check("accounts")
         assert evaluation.passed, evaluation.metadata
         assert_no_marker_written(marker, tmp_path, spark_server, sources)

@@ -133,7 +133,6 @@ def filter_batch(params, batch, schemas: Mapping[str, TableSchema], filters: Map
     from dataclasses import replace
 
     from ingest.changes import ChangeOp
-    from ingest.filters import filter_changes
 
     tables = dict(batch.tables)
     wanted = [t for t in filters if t in tables and tables[t].records]
@@ -147,9 +146,16 @@ def filter_batch(params, batch, schemas: Mapping[str, TableSchema], filters: Map
                 # only the emptying lands (no image of a row the filter might leave out)
                 records = [r for r in changes.records if r.op is ChangeOp.TRUNCATE]
             else:
-                records = filter_changes(
-                    changes.records,
-                    lambda images, s=schema: images_inside(conn, s.database, s.table, s.columns, filters[t], images),
-                    schema.primary_key)
+                records = filtered_records(conn, schema.database, schema.table, schema.columns, schema.primary_key,
+                                           filters[t], changes.records)
             tables[t] = replace(changes, records=records)
     return replace(batch, tables=tables)
+
+
+def filtered_records(conn, database: str, table: str, columns: Sequence[MySQLColumn], keys: Sequence[str],
+                     row_filter: RowFilter, records: Sequence) -> list:
+    """What `records` (one table's) land as under its filter, judged by the server (ingest/filters.py)."""
+    from ingest.filters import filter_changes
+
+    return filter_changes(records, lambda images: images_inside(conn, database, table, columns, row_filter, images),
+                          keys)

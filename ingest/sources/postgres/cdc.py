@@ -160,6 +160,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": txns}
     lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
     extra = {"lag_seconds": round(lag, 3), "slot": slot, "retained_wal_bytes": state.retained_bytes,
+             "read_on_executors": sliced,
              **({} if state.safe_wal_bytes is None else {"safe_wal_bytes": state.safe_wal_bytes})}
     return SourceBatch(batch.key, per_table, positions, extra)
 

@@ -102,26 +102,39 @@ def complete(after: Image, before: Image | None) -> Image:
     return {k: before.get(k) if v is UNCHANGED else v for k, v in after.items()}
 
 
-def filter_batch(conn, batch, tables: Mapping[str, PgTable], json_columns: Mapping[str, frozenset[str]],
-                 filters: Mapping[str, RowFilter]):
-    """`batch` (a SourceBatch read in this process, tables by schema.table) with each filtered table's
-    changes as ingest/filters.py lands them, judged by the server."""
+def described(conn, qualified: str) -> tuple[PgTable, frozenset[str]]:
+    """The table (schema.table) and its json/jsonb columns, as images_inside needs them."""
+    from ingest.sources.postgres.schema import describe_table, types_of
+
+    table = describe_table(conn, qualified)
+    types = types_of(conn, [c.type_oid for c in table.columns])
+    return table, frozenset(c.name for c in table.columns if types[c.type_oid].name in ("json", "jsonb"))
+
+
+def filtered_records(conn, table: PgTable, json_columns: frozenset[str], row_filter: RowFilter,
+                     records: Sequence) -> list:
+    """What one table's `records` land as under its filter, judged by the server (ingest/filters.py). An
+    update's images are completed first (a TOASTed value it left alone comes from its old row): judged
+    whole, and a row that moves into the filter lands whole."""
     from dataclasses import replace
 
     from ingest.changes import ChangeOp
     from ingest.filters import filter_changes
 
+    return filter_changes(
+        [replace(r, row=complete(r.row, r.before)) if r.op is ChangeOp.UPDATE else r for r in records],
+        lambda images: images_inside(conn, table, json_columns, row_filter, images), table.primary_key)
+
+
+def filter_batch(conn, batch, tables: Mapping[str, tuple[PgTable, frozenset[str]]], filters: Mapping[str, RowFilter]):
+    """`batch` (a SourceBatch read in this process, tables by schema.table) with each filtered table's
+    changes as ingest/filters.py lands them; `tables`: each filtered table `described`."""
+    from dataclasses import replace
+
     out = dict(batch.tables)
     for name, row_filter in filters.items():
         changes = out.get(name)
-        if changes is None or not changes.records:
-            continue
-        table = tables[name]
-        # complete images (a TOASTed value an update left alone comes from its old row): judged whole, and
-        # a row that moves into the filter lands whole
-        records = filter_changes(
-            [replace(r, row=complete(r.row, r.before)) if r.op is ChangeOp.UPDATE else r for r in changes.records],
-            lambda images: images_inside(conn, table, json_columns[name], row_filter, images), table.primary_key)
-        out[name] = replace(changes, records=records)
+        if changes is not None and changes.records:
+            out[name] = replace(changes, records=filtered_records(conn, *tables[name], row_filter, changes.records))
     return replace(batch, tables=out)
 
