@@ -238,7 +238,9 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         log = folder / "server.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=server_env(os.environ, Path(pyspark.__file__).parent),
+                                    stdin=subprocess.DEVNULL, env=server_env(
+                                        os.environ, Path(pyspark.__file__).parent,
+                                        (extra_conf or {}).get("spark.pyspark.python", sys.executable)),
                                     start_new_session=True)
         state = ServerState(proc.pid, port, str(log), time.time())
         (folder / STATE_FILE).write_text(json.dumps(asdict(state)))
@@ -246,12 +248,13 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         return state
 
 
-def server_env(environ, spark_home: Path) -> dict[str, str]:
+def server_env(environ, spark_home: Path, python: str = sys.executable) -> dict[str, str]:
     """The embedded server's environment (pure): this process's, without a Connect client's settings
     (a user's SPARK_REMOTE, or one a dbt run set: spark-submit refuses a server command with it,
-    "Remote cannot be specified with master")."""
+    "Remote cannot be specified with master"). `python`: the Python of its workers (PYSPARK_PYTHON,
+    which a Connect server's Python UDFs and data sources take before spark.pyspark.python)."""
     return {**{k: v for k, v in environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
-            "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+            "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python}
 
 
 def _wait_listening(state: ServerState, timeout: float) -> None:

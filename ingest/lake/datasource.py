@@ -57,15 +57,27 @@ def register_reader(spark, name: str, read_part: Callable[[dict[str, Any], dict[
 
 
 _EXECUTOR_ERROR = re.compile(r"^(ingest(?:\.\w+)+)\.(\w+): (.+)$", re.MULTILINE)
+_MISSING_PROJECT = re.compile(r"No module named '(ingest(?:\.\w+)*)'")
+
+
+class ProjectMissingOnWorkers(RuntimeError):
+    """Spark's Python workers run a Python that does not have this project installed."""
 
 
 def executor_error(exc: BaseException) -> BaseException | None:
     """The project's named error that a Python data source raised on an executor (a purged binlog, a
     lost slot), rebuilt from the text Spark reports it with, so that the driver raises what the source
     raised; None when the failure is another one. Only classes of this project's modules that take
-    one message are rebuilt."""
+    one message are rebuilt. A worker whose Python lacks the project gives ProjectMissingOnWorkers."""
     import importlib
 
+    missing = _MISSING_PROJECT.search(str(exc))
+    if missing:
+        return ProjectMissingOnWorkers(
+            f"Spark's Python workers cannot import {missing.group(1)} (No module named {missing.group(1)!r}): "
+            "the Python that spark.pyspark.python names on the worker hosts does not have this project. Fix: "
+            "install the project's wheel there (pip install ingest-<version>-py3-none-any.whl, built with "
+            "`pip wheel --no-deps .`), or point spark.pyspark.python at a Python that has it")
     found = _EXECUTOR_ERROR.findall(str(exc))
     if not found:
         return None

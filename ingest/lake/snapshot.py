@@ -102,10 +102,15 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
         if work.transforms:
             df = work.transforms.frame(df)
         first = record.wave == 0
-        outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
-                                                         overwrite=first, overwrite_schema=first,
-                                                         properties=properties,
-                                                         row_group_bytes=SNAPSHOT_ROW_GROUP_BYTES))
+        try:
+            outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
+                                                             overwrite=first, overwrite_schema=first,
+                                                             properties=properties,
+                                                             row_group_bytes=SNAPSHOT_ROW_GROUP_BYTES))
+        except Exception as exc:
+            from ingest.lake.datasource import executor_error
+
+            raise (executor_error(exc) or exc) from exc
         work.rows += outcome.rows
         work.committed.append(record.wave)
         log(f"snapshot {work.run.table}: {work.said(group, work.rows)}")

@@ -76,6 +76,35 @@ class StandaloneCluster:
         self.processes.clear()
 
 
+def worker_python(folder: Path, with_project: bool = True) -> Path:
+    """A Python for Spark's workers as a cluster's hosts would have it: a virtualenv with the project
+    installed from a wheel built from this tree (not the tree itself). Its other packages are this
+    environment's, through a .pth line: the editable install of the tree there is not processed, since
+    only a site directory's own .pth files are, so `import ingest` finds the wheel. `with_project`
+    False: the same without the wheel (a host someone forgot). Made once per folder."""
+    import sys
+    import sysconfig
+
+    from ingest.paths import PROJECT_ROOT
+
+    venv = folder / ("worker-venv" if with_project else "worker-venv-bare")
+    python = venv / "bin" / "python"
+    if python.exists():
+        return python
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "ingest-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    if with_project:
+        dist = folder / "dist"
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                        "--wheel-dir", str(dist), str(PROJECT_ROOT)], check=True, cwd=folder)
+        (wheel,) = dist.glob("ingest-*.whl")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
+                        "--target", str(site), str(wheel)], check=True)
+    return python
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import tempfile
