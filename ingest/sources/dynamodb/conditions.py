@@ -122,12 +122,7 @@ class _Parser:
         tok = self.peek()
         if tok in _FUNCTIONS and tok != "size":
             self.take()
-            self.take("(")
-            args = [self.operand()]
-            while self.peek() == ",":
-                self.take()
-                args.append(self.operand())
-            self.take(")")
+            args = self.operands()
             want = {"attribute_exists": 1, "attribute_not_exists": 1}.get(tok, 2)
             if len(args) != want or not isinstance(args[0], Path):
                 raise ConditionError(f"{tok} takes an attribute path{' and an operand' if want == 2 else ''}")
@@ -138,17 +133,21 @@ class _Parser:
             self.take("AND")
             return Node("BETWEEN", (left, low, self.operand()))
         if self.keyword("IN"):
-            self.take("(")
-            options = [self.operand()]
-            while self.peek() == ",":
-                self.take()
-                options.append(self.operand())
-            self.take(")")
-            return Node("IN", (left, *options))
+            return Node("IN", (left, *self.operands()))
         op = self.take()
         if op not in _COMPARATORS:
             raise ConditionError(f"expected a comparison after an operand, found {op!r}")
         return Node(op, (left, self.operand()))
+
+    def operands(self) -> list:
+        """`( operand, operand ... )`: a function's arguments, IN's list."""
+        self.take("(")
+        out = [self.operand()]
+        while self.peek() == ",":
+            self.take()
+            out.append(self.operand())
+        self.take(")")
+        return out
 
     def operand(self):
         tok = self.take()
