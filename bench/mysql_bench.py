@@ -291,11 +291,13 @@ the first executor decoding on a server pay Spark's code generation and the JIT 
 batch took 36 s against 18-21 s for the next ones), once in a long-lived server's life, not per batch."""
 
 
-def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log) -> list[Result]:
+def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log, prefix: str = ""
+              ) -> list[Result]:
+    """`prefix`: of the tables' names, for a second run of it in the same lake (the PostgreSQL comparison)."""
     from ingest.lake.deltalog import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 
-    warm = "cdc_warm"  # before the timed table's snapshot: its log start is after the warm-up's changes
+    warm = f"{prefix}cdc_warm"  # before the timed table's snapshot: its log start is after the warm-up's changes
     load_table(server, warm, 0)
     our_snapshot(spark, params, warm, str(lake / f"{warm}_snap"), 50_000, 2, 8)
     warm_start = BinlogPosition.from_metadata(last_commit(str(lake / f"{warm}_snap"), kind="snapshot")
@@ -303,7 +305,7 @@ def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, 
     write_changes(server, warm, CDC_WARM_EVENTS)
     warm_s, _, _ = our_cdc(spark, params, warm, lake, warm_start, log)
     log(f"warm-up: {CDC_WARM_EVENTS:,} changes of {warm} through the batch path in {warm_s:.1f} s (not timed)")
-    table = "cdc"
+    table = f"{prefix}cdc"
     load_table(server, table, 0)
     our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
     log_start = BinlogPosition.from_metadata(last_commit(str(lake / f"{table}_snap"), kind="snapshot")

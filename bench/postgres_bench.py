@@ -4,7 +4,12 @@
                               baseline: spark.read.jdbc with the PostgreSQL driver, split on the key, into Delta
     pg_cdc_<N>_events         ours: every batch the sensor would cut, read from the slot into bronze, then merged
                               into silver; baseline: psycopg draining the same range of pgoutput messages from
-                              the slot (pg_logical_slot_peek_binary_changes, no decoding)
+                              the slot (pg_logical_slot_peek_binary_changes, no decoding). Informative: no
+                              decoding reader approaches an undecoded drain
+    pg_cdc_vs_mysql_cdc       ours: the same as pg_cdc_<N>_events; baseline: MySQL's CDC line (mysql_bench.cdc_bench)
+                              run here on MariaDB with the same row shape (MySQL's orders table in PostgreSQL's
+                              types, the same values), the same changes in the same transactions, and batches of
+                              the same size (PostgreSQL's cut at MySQL's changes per batch), both after a warm-up
     pg_large_txn_rss          the run's process (the client) while one batch of a single transaction of 1M
                               inserts lands, against one of 10k: flat when executors read large batches
 """
@@ -55,15 +60,41 @@ def jdbc_snapshot(spark, params, table: str, rows: int, path: str) -> float:
     return time.perf_counter() - started
 
 
-def write_changes(conn, table: str, events: int, txn_rows: int = 5_000) -> None:
-    """A third inserts, a third updates of them, a third deletes, in transactions of `txn_rows` rows."""
-    third = events // 3
-    for lo in range(1, third + 1, txn_rows):
-        conn.execute(f"INSERT INTO {table} " + FILL.format(lo=lo, hi=min(third, lo + txn_rows - 1)))
-    for lo in range(1, third + 1, txn_rows):
-        conn.execute(f"UPDATE {table} SET amount = amount + 1 WHERE id BETWEEN {lo} AND {min(third, lo + txn_rows - 1)}")
-    for lo in range(1, events - 2 * third + 1, txn_rows):
-        conn.execute(f"DELETE FROM {table} WHERE id BETWEEN {lo} AND {min(events - 2 * third, lo + txn_rows - 1)}")
+# MySQL's CDC table (mysql_bench.TABLE_DDL) and its row values (ROW_EXPRS) in PostgreSQL's types: the row
+# shape the two CDC lines share
+CDC_DDL = ("(id bigint PRIMARY KEY, customer_id int NOT NULL, sku varchar(32) NOT NULL, qty smallint NOT NULL, "
+           "price numeric(12,2) NOT NULL, weight double precision, status order_status NOT NULL, note varchar(200), "
+           "created_at timestamp(3) NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(), gift boolean NOT NULL)")
+CDC_FILL = ("SELECT g, g % 10007, 'sku-' || (g % 5003), g % 40, (g % 100000) / 100.0, g * 0.37, "
+            "(ARRAY['new', 'paid', 'shipped', 'cancelled'])[1 + g % 4]::order_status, "
+            "CASE WHEN g % 7 = 0 THEN NULL ELSE repeat(chr(97 + g % 26), 10 + g % 50) END, "
+            "'2026-01-01'::timestamp + g * interval '1 second', "
+            "'2026-06-01'::timestamptz + (g % 86400) * interval '1 second', g % 2 = 1 "
+            "FROM generate_series({lo}, {hi}) g")
+
+
+def create_cdc_table(conn, table: str) -> None:
+    conn.execute("DO $$ BEGIN CREATE TYPE order_status AS ENUM ('new', 'paid', 'shipped', 'cancelled'); "
+                 "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"CREATE TABLE {table} {CDC_DDL}")
+
+
+def write_cdc_changes(conn, table: str, events: int) -> None:
+    """What mysql_bench.write_changes writes, here: half inserts, 30 % updates, 20 % deletes, in
+    transactions of the same number of rows."""
+    from bench.mysql_bench import CDC_TXN_ROWS
+
+    inserts, updates = events // 2, events * 3 // 10
+    deletes = events - inserts - updates
+    for lo in range(0, inserts, CDC_TXN_ROWS):
+        conn.execute(f"INSERT INTO {table} " + CDC_FILL.format(lo=lo + 1, hi=min(inserts, lo + CDC_TXN_ROWS)))
+    for lo in range(0, updates, CDC_TXN_ROWS):
+        conn.execute(f"UPDATE {table} SET qty = qty + 1, status = 'paid', note = 'u' || id "
+                     f"WHERE id > {lo} AND id <= {min(updates, lo + CDC_TXN_ROWS)}")
+    for lo in range(0, deletes, CDC_TXN_ROWS):
+        hi = min(deletes, lo + CDC_TXN_ROWS)
+        conn.execute(f"DELETE FROM {table} WHERE id > {inserts - hi} AND id <= {inserts - lo}")
 
 
 def drain(conn, slot: str, publication: str, upto) -> tuple[float, int]:
@@ -75,9 +106,11 @@ def drain(conn, slot: str, publication: str, upto) -> tuple[float, int]:
     return time.perf_counter() - started, n
 
 
-def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log) -> tuple[float, int, int, dict]:
+def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log, max_bytes: int | None = None
+            ) -> tuple[float, int, int, dict]:
     """Every batch the sensor would cut from `start` to `head`, as a batch run lands it (a large one read
-    by executors, `cdc.executor_min_bytes` at its default)."""
+    by executors, `cdc.executor_min_bytes` at its default); `max_bytes`: of WAL per batch (default the
+    sensor's)."""
     from ingest.adapters.postgres import change_batch_writes
     from ingest.config import PostgresCdcSettings
     from ingest.lake.silver import SilverFromBatch
@@ -89,7 +122,8 @@ def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log) -> tu
     snap, bronze, silver = (str(lake / f"{table}_{n}") for n in ("snap", "bronze", "silver"))
     last_end, changes, batches = None, 0, 0
     phases = {"read": 0.0, "bronze": 0.0, "silver": 0.0}
-    while (batch := plan_next_batch(last_end, start, head)) is not None:
+    cut = {} if max_bytes is None else {"max_bytes": max_bytes}
+    while (batch := plan_next_batch(last_end, start, head, **cut)) is not None:
         t0 = time.perf_counter()
         got = read_change_batch(conn, "bench", "bench_slot", "bench_pub", batch, [f"public.{table}"],
                                 PostgresCdcSettings().executor_min_bytes)
@@ -140,10 +174,12 @@ def large_txn(spark, conn, params, lake: Path, small: int, large: int, log) -> R
                                        "is read into bronze and merged into silver"})
 
 
-def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -> list[Result]:
+def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log, mysql=None) -> list[Result]:
+    """`mysql`: the MariaDB server and its bench user's ConnectionParams, for pg_cdc_vs_mysql_cdc."""
     from ingest.adapters.postgres import PgParams
     from ingest.localdev.postgres import PostgresServer
-    from ingest.sources.postgres.slot import advance, current_lsn
+
+    from bench.mysql_bench import CDC_WARM_EVENTS, cdc_bench
 
     server = PostgresServer(free_port(), settings={"shared_buffers": "1GB",  # its own temp folder: postgres owns it
                                                                       "max_wal_size": "4GB"}).start()
@@ -166,30 +202,60 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log) -
 
             # change batches: the table's snapshot first (it creates the slot), then the load
             conn.execute(f"DROP TABLE IF EXISTS snap_{label}")
-            load(conn, "cdc", 0)
-            conn.execute("CREATE PUBLICATION bench_pub FOR TABLE cdc")
+            for table in ("cdc_warm", "cdc"):
+                create_cdc_table(conn, table)
+            conn.execute("CREATE PUBLICATION bench_pub FOR TABLE cdc_warm, cdc")
             large = large_txn(spark, conn, params, lake, 10_000, 1_000_000, log)  # first: no earlier batch's RSS
-            our_snapshot(spark, params, "cdc", str(lake / "cdc_snap"), log)
-            start = current_lsn(conn)
-            advance(conn, "bench_slot", start)  # both readers decode from here, not from the loads above
-            log(f"writing {events:,} row changes")
-            write_changes(conn, "cdc", events)
-            head = current_lsn(conn)
-            drain_s, messages = drain(conn, "bench_slot", "bench_pub", head)
-            log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
-            cdc_s, changes, batches, phases = our_cdc(spark, conn, params, "cdc", lake, start, head, log)
+            mysql_line = None
+            if mysql is not None:
+                log(f"MySQL's CDC line with {events:,} changes, for the comparison")
+                (mysql_line,) = cdc_bench(spark, *mysql, lake / "mysql", events, log, prefix="pg_")
+            # as MySQL's line does: another table's changes through the batch path first, not timed (the
+            # first MERGE and executor read on a server pay code generation and the JIT)
+            warm_s = changes_through(spark, conn, params, lake, "cdc_warm", CDC_WARM_EVENTS, log)[0]
+            log(f"warm-up: {CDC_WARM_EVENTS:,} changes through the batch path in {warm_s:.1f} s (not timed)")
+            per_batch = None if mysql_line is None else events / mysql_line.details["batches"]
+            cdc_s, changes, batches, phases, drain_s, messages, wal = changes_through(
+                spark, conn, params, lake, "cdc", events, log, drain_first=True, changes_per_batch=per_batch)
             assert changes == events, (changes, events)
+            silver = spark.read.format("delta").load(str(lake / "cdc_silver")).where("NOT _deleted").count()
+            assert silver == events // 2 - (events - events // 2 - events * 3 // 10), silver
         details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, **SNAPSHOT}
         details_cdc = {"events": events, "batches": batches, "ours_seconds": cdc_s, "drain_seconds": drain_s,
-                       "messages": messages, "wal_bytes": head.value - start.value,
-                       **{f"{k}_seconds": round(v, 2) for k, v in phases.items()}}
-        return [
+                       "messages": messages, "wal_bytes": wal, "warm_up_changes": CDC_WARM_EVENTS,
+                       "warm_up_seconds": warm_s, **{f"{k}_seconds": round(v, 2) for k, v in phases.items()}}
+        results = [
             Result(f"pg_snapshot_{_label(rows)}_vs_jdbc", rows / ours_s, "spark_jdbc_postgresql_to_delta", rows / jdbc_s,
                    "rows/s", target=1.0, details=details_snap),
             Result(f"pg_cdc_{_label(events)}_events", events / cdc_s, "psycopg_pgoutput_drain", events / drain_s,
-                   "events/s", target=1.0, details=details_cdc),
+                   "events/s", details=details_cdc),
             large,
         ]
+        if mysql_line is not None:
+            results.append(Result("pg_cdc_vs_mysql_cdc", events / cdc_s, "mysql_cdc_same_shape", mysql_line.ours,
+                                  "events/s", target=1.0, details={**details_cdc, "mysql": mysql_line.details}))
+        return results
     finally:
         server.stop()
 
+
+def changes_through(spark, conn, params, lake: Path, table: str, events: int, log, drain_first: bool = False,
+                    changes_per_batch: float | None = None):
+    """`table`'s snapshot, then `events` changes (write_cdc_changes) through every batch the sensor would
+    cut: seconds, changes, batches and phases (our_cdc), the drain's seconds and messages (`drain_first`;
+    else None) and the WAL they span. `changes_per_batch`: batches cut at that many changes' WAL."""
+    from ingest.sources.postgres.slot import advance, current_lsn
+
+    our_snapshot(spark, params, table, str(lake / f"{table}_snap"), log)
+    start = current_lsn(conn)
+    advance(conn, "bench_slot", start)  # the readers decode from here, not from the loads before
+    log(f"writing {events:,} row changes to {table}")
+    write_cdc_changes(conn, table, events)
+    head = current_lsn(conn)
+    wal = head.value - start.value
+    drain_s = messages = None
+    if drain_first:
+        drain_s, messages = drain(conn, "bench_slot", "bench_pub", head)
+        log(f"bare pgoutput drain: {messages:,} messages in {drain_s:.1f} s")
+    max_bytes = None if changes_per_batch is None else max(1, int(wal * changes_per_batch / events) + 1)
+    return (*our_cdc(spark, conn, params, table, lake, start, head, log, max_bytes), drain_s, messages, wal)

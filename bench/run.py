@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "postgres":
                 from bench.postgres_bench import postgres_bench
 
-                got = postgres_bench(spark, work, lake / "postgres", sizes["pg_rows"], sizes["pg_events"], log)
+                got = postgres_bench(spark, work, lake / "postgres", sizes["pg_rows"], sizes["pg_events"], log,
+                                     mysql=(server, params))
             elif name == "memory":
                 got = mysql_bench.memory_bench(server, lake, sizes["memory_small"], sizes["memory_large"], log=log,
                                                **SNAPSHOT)

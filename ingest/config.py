@@ -136,12 +136,13 @@ class CdcSettings(BatchRetries):
 
 
 class PostgresCdcSettings(CdcSettings):
-    executor_min_bytes: Annotated[int, Field(ge=0)] = 64 * 2**20
+    executor_min_bytes: Annotated[int, Field(ge=0)] = 2 * 2**20
     """A batch spanning at least this many bytes of WAL is only planned by the run, as it streams by (its
-    columns, TRUNCATEs and newest commit), and Spark's executors read each table's changes from the slot:
-    no change of it is held by the run's process, however large one transaction. A smaller one is read
-    by the run itself, which decodes it once instead of twice and starts no Spark job to read it.
-    0: every batch on the executors."""
+    columns, TRUNCATEs and newest commit), and Spark's executors read each table's changes from the slot,
+    a column at a time: no change of it is held by the run's process, however large one transaction. A
+    smaller one is read by the run itself, which starts no Spark job to read it. The two cost the same
+    near 2 MiB (about 10,000 changes of ten columns); at 60 MiB the executors took 8.9 s against the
+    run's 12.8 s. 0: every batch on the executors."""
 
 
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"

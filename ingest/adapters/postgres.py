@@ -75,6 +75,7 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
 
     from ingest.sources.postgres.schema import PgType
     from ingest.sources.postgres.snapshot import copy_chunk
+    from ingest.sources.postgres.types import column_array
 
     params = PgParams(**spec["conn"], password=options["password"])
     contracts = [PgType(t["name"], t["element"], t["delimiter"]).contract(t["typmod"]) for t in spec["types"]]
@@ -91,65 +92,58 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
             yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def column_array(ctype, texts, arrow_type):
-    """One column of a chunk (an Arrow string array) in its Delta type. Text columns pass as they are;
-    integers, numeric(p,s), dates and timestamps are parsed by Arrow's cast, which takes the same forms
-    as the contract's parsers (the golden-type test compares them) and is many times faster; a value it
-    refuses, and every other type, goes through the contract's parser, which names a value out of
-    contract (a NaN numeric, an infinite date, a BC timestamp). An array column is split by Arrow's
-    kernels (types.array_lists) and its elements converted as a column of the element's type."""
-    import pyarrow as pa
-
-    from ingest.sources.contract import convert_column
-    from ingest.sources.postgres.types import array_lists, to_date, to_decimal, to_instant, to_timestamp
-
-    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
-    if ctype.element is not None and (lists := array_lists(texts)) is not None:
-        items = column_array(ctype.element, lists.values, arrow_type.value_type)
-        return pa.ListArray.from_arrays(lists.offsets, items, type=arrow_type, mask=lists.is_null())
-    if ctype.convert is None:
-        return texts.cast(arrow_type)
-    if ctype.convert in (int, to_decimal, to_date, to_timestamp, to_instant):
-        try:
-            return texts.cast(arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
-    return pa.array(convert_column(ctype, texts.to_pylist()), type=arrow_type)
-
-
 def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Iterator[Any]:
     """One table's changes in a batch the driver only planned (executor side): streamed from the slot and
-    turned into bronze rows by the code of a batch read in the driver, ARROW_ROWS at a time."""
-    from contextlib import nullcontext
-
-    from ingest.lake.bronze import records_arrow
+    turned into bronze rows ARROW_ROWS at a time, a column at a time (changes.TextChanges); with a row
+    filter, as records that the server judges first."""
     from ingest.lake.datasource import ARROW_ROWS
-    from ingest.sources.postgres.cdc import table_changes
+    from ingest.sources.postgres.cdc import table_change_columns, table_changes
     from ingest.sources.postgres.filters import described, filtered_records
     from ingest.sources.postgres.positions import LsnRange
 
     params = PgParams(**spec["conn"], password=options["password"])
     columns = [tuple(c) for c in spec["columns"]]
-    with params.connect() as conn, (params.connect() if "where" in spec else nullcontext()) as judge:
-        # a filtered table's records are judged on a connection of their own (this one streams the slot)
-        if judge is not None:
-            table, json_columns = described(judge, part["table"])
-            row_filter = RowFilter(part["table"], spec["where"])
+    at = (spec["source"], spec["slot"], spec["publication"], LsnRange.from_key(spec["batch"]), part["table"])
+    if "where" not in spec:
+        with params.connect() as conn:
+            for chunk in table_change_columns(conn, *at, [n for n, _ in columns], ARROW_ROWS):
+                yield text_changes_arrow(chunk, spec["batch"], arrow_schema)
+        return
+    from ingest.lake.bronze import records_arrow
+
+    with params.connect() as conn, params.connect() as judge:  # judged on a connection of its own
+        table, json_columns = described(judge, part["table"])
+        row_filter = RowFilter(part["table"], spec["where"])
 
         def landed(records: list) -> Any:
-            if judge is not None:
-                records = filtered_records(judge, table, json_columns, row_filter, records)
+            records = filtered_records(judge, table, json_columns, row_filter, records)
             return records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
 
         records = []
-        for record in table_changes(conn, spec["source"], spec["slot"], spec["publication"],
-                                    LsnRange.from_key(spec["batch"]), part["table"]):
+        for record in table_changes(conn, *at):
             records.append(record)
             if len(records) >= ARROW_ROWS:
                 yield from landed(records)
                 records = []
         if records:
             yield from landed(records)
+
+
+def text_changes_arrow(chunk, batch_key: str, arrow_schema):
+    """TextChanges as an Arrow record batch of bronze rows (`arrow_schema`: bronze's)."""
+    import pyarrow as pa
+
+    from ingest.lake.bronze import UNCHANGED_COLUMN, arrow_table, meta_columns
+    from ingest.lake.columns import lake_name
+    from ingest.sources.postgres.types import column_array
+
+    values = [pa.nulls(len(chunk), field.type) if ctype is None else column_array(ctype, texts, field.type)
+              for ctype, texts, field in zip(chunk.types, chunk.columns(), arrow_schema)]
+    unchanged = ([None if u is None else [lake_name(n) for n in u] for u in chunk.unchanged]
+                 if UNCHANGED_COLUMN in arrow_schema.names else None)
+    meta = meta_columns(chunk.ops, chunk.positions, chunk.committed_at, chunk.txids, batch_key, chunk.befores,
+                        unchanged=unchanged)
+    return arrow_table(values + meta, arrow_schema).combine_chunks().to_batches()[0]
 
 
 # ---------------------------------------------------------------- driver side

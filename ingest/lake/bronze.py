@@ -65,25 +65,31 @@ def records_arrow(records: Sequence[ChangeRecord], columns: Sequence[tuple[str, 
     with_unchanged = any(unchanged) or declared
     if arrow_schema is None or (with_unchanged and not declared):
         arrow_schema = to_arrow_schema(bronze_schema(columns, with_unchanged), timezone="UTC")
-    data: list[list[Any]] = [[None if (v := r.row.get(n)) is UNCHANGED else v for r in records] for n, _ in columns]
-    data += [
-        [r.op.value for r in records],
-        [Decimal(r.pos) for r in records],
-        [r.committed_at for r in records],
-        [r.txid for r in records],
-        [batch_key] * len(records),
-        [image_json(r.before) for r in records],
-        [r.origin for r in records],
-        *([[u or None for u in unchanged]] if with_unchanged else []),
-    ]
+    data: list[Any] = [[None if (v := r.row.get(n)) is UNCHANGED else v for r in records] for n, _ in columns]
+    data += meta_columns([r.op.value for r in records], [r.pos for r in records], [r.committed_at for r in records],
+                         [r.txid for r in records], batch_key, [image_json(r.before) for r in records],
+                         [r.origin for r in records], unchanged if with_unchanged else None)
     return arrow_table(data, arrow_schema)
 
 
-def arrow_table(data: Sequence[Sequence[Any]], arrow_schema):
-    """Columns of values (bronze's columns, then its meta columns) as an Arrow table."""
+def meta_columns(ops: Sequence[str], positions: Sequence[int], committed_at: Sequence[Any], txids: Sequence[Any],
+                 batch_key: str, befores: Sequence[str | None], origins: Sequence[str | None] | None = None,
+                 unchanged: Sequence[Sequence[str] | None] | None = None) -> list[Sequence[Any]]:
+    """Bronze's meta columns of some changes, in META_COLUMNS' order: `_unchanged` only when given (the
+    lake names of the columns each change did not send, if any)."""
+    n = len(ops)
+    return [ops, [Decimal(p) for p in positions], committed_at, txids, [batch_key] * n, befores,
+            [None] * n if origins is None else origins,
+            *([[u or None for u in unchanged]] if unchanged is not None else [])]
+
+
+def arrow_table(data: Sequence[Any], arrow_schema):
+    """Columns (bronze's, then its meta columns) as an Arrow table: each a list of values or an Arrow
+    array already in its type."""
     import pyarrow as pa
 
-    arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(data)]
+    arrays = [col if isinstance(col, pa.Array) else pa.array(col, type=arrow_schema.field(i).type)
+              for i, col in enumerate(data)]
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 

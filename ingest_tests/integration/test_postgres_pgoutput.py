@@ -77,21 +77,39 @@ GOLDEN = [  # column, type, values (one per row; the first row is the edge cases
 ]
 
 
-def chunk_values(pg, columns, contracts) -> list[tuple]:
-    """The golden table as the snapshot's executors land it: COPY at an exported snapshot, then each
-    column to its Delta type (ingest/adapters/postgres.py), back as Python values."""
+def arrow_schema(columns, contracts):
+    """What Spark's schema gives the executors for these types."""
     import pyarrow as pa
 
-    from ingest.adapters.postgres import column_array
-    from ingest.sources.postgres.snapshot import copy_chunk
-
-    # what Spark's schema gives the executors for these types
     arrow = {"int": pa.int32(), "boolean": pa.bool_(), "smallint": pa.int16(), "bigint": pa.int64(),
              "float": pa.float32(), "double": pa.float64(), "decimal(12,3)": pa.decimal128(12, 3),
              "string": pa.string(), "binary": pa.binary(), "date": pa.date32(), "timestamp_ntz": pa.timestamp("us"),
              "timestamp": pa.timestamp("us", tz="UTC"), "array<int>": pa.list_(pa.int32()),
              "array<string>": pa.list_(pa.string()), "array<decimal(5,2)>": pa.list_(pa.decimal128(5, 2))}
-    schema = pa.schema([(c, arrow[ct.spark]) for c, ct in zip(columns, contracts)])
+    return pa.schema([(c, arrow[ct.spark]) for c, ct in zip(columns, contracts)])
+
+
+def stream_column_values(messages, columns, contracts) -> list[tuple]:
+    """The golden table's changes as executors land a batch: in columns of text (changes.TextChanges),
+    each column to its Delta type at once, back as Python values."""
+    from ingest.sources.postgres.changes import change_columns
+    from ingest.sources.postgres.pgoutput import changes
+    from ingest.sources.postgres.types import column_array
+
+    schema = arrow_schema(columns, contracts)
+    (chunk,) = change_columns(changes(messages), "public.golden", columns, lambda _rel: contracts)
+    arrays = [column_array(ct, texts, schema.field(i).type).to_pylist()
+              for i, (ct, texts) in enumerate(zip(chunk.types, chunk.columns()))]
+    return sorted(zip(*arrays), key=lambda r: r[0])
+
+
+def chunk_values(pg, columns, contracts) -> list[tuple]:
+    """The golden table as the snapshot's executors land it: COPY at an exported snapshot, then each
+    column to its Delta type (types.column_array), back as Python values."""
+    from ingest.sources.postgres.snapshot import copy_chunk
+    from ingest.sources.postgres.types import column_array
+
+    schema = arrow_schema(columns, contracts)
     with pg.connect() as holder, pg.connect() as reader:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         snapshot = holder.execute("SELECT pg_export_snapshot()").fetchone()[0]
@@ -126,6 +144,8 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
             return tuple(None if v is None else (ct.convert(v) if ct.convert else v) for ct, v in zip(contracts, texts))
 
         from_stream = [land(change.new) for t in streamed for _, change in t.changes]
+        names = [c.name for c in relation.columns]
+        from_stream_columns = stream_column_values(peek(conn, "golden_slot", "golden_pub"), names, contracts)
         # the snapshot's text: each type's output function, as pgoutput uses (not a ::text cast: 'true' vs 't')
         result = conn.pgconn.exec_(b"SELECT * FROM golden ORDER BY id")
         rows = [[None if result.get_value(r, c) is None else result.get_value(r, c).decode()
@@ -146,7 +166,7 @@ def test_golden_types_give_the_same_values_through_the_snapshot_text_and_the_str
     def nan_safe(rows):
         return [tuple("NaN" if isinstance(v, float) and math.isnan(v) else v for v in r) for r in rows]
 
-    assert nan_safe(from_stream) == nan_safe(from_snapshot) == nan_safe(from_chunks)
+    assert nan_safe(from_stream) == nan_safe(from_snapshot) == nan_safe(from_chunks) == nan_safe(from_stream_columns)
     first = dict(zip([c.name for c in relation.columns], from_stream[0]))
     assert first["n"] == Decimal("-123456789.125") and first["f8"] == -math.inf
     assert first["wide"] == "1234567890123456789012345678901234567890.000000000000000000001"

@@ -90,6 +90,16 @@ def test_malformed_messages_are_refused_with_what_is_wrong():
         decode(b"S" + b"\0" * 8)
     with pytest.raises(ProtocolError, match="unknown tuple value kind"):
         decode(b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!H", 1) + b"x")
+    insert = b"I" + struct.pack("!I", 1) + b"N"
+    for cut in (insert + tup("abc", "de")[:-1], insert + tup("abc")[:4], insert + struct.pack("!H", 2) + b"n"):
+        with pytest.raises(ProtocolError, match="run past the end"):
+            decode(cut)
+    with pytest.raises(ProtocolError, match="run past the end"):  # a negative length
+        decode(insert + struct.pack("!H", 1) + b"t" + struct.pack("!i", -1) + b"abc")
+    with pytest.raises(ProtocolError, match="expected 'N' before the new tuple"):
+        decode(b"U" + struct.pack("!I", 1) + b"K" + tup("1"))
+    with pytest.raises(ProtocolError, match="expected 'K' or 'O'"):
+        decode(b"D" + struct.pack("!I", 1) + b"N" + tup("1"))
 
 
 def test_changes_group_into_transactions_with_the_columns_of_their_time():
@@ -206,6 +216,48 @@ def test_with_replica_identity_full_an_update_of_other_columns_stays_an_update_o
     assert [(r.op, r.row, r.before) for r in records] == [
         (ChangeOp.UPDATE, {"id": 1, "doc": "b"}, {"id": 1, "doc": "a"}),
         (ChangeOp.DELETE, {"id": 1, "doc": "b"}, None), (ChangeOp.INSERT, {"id": 2, "doc": "b"}, None)]
+
+
+def test_change_columns_hold_what_change_records_give_column_by_column():
+    """An executor's path (TextChanges, converted a column at a time) against the records of the driver's:
+    the same ops, places, commits, values, before images and unsent TOASTed columns, in the same order,
+    across a key move, REPLICA IDENTITY FULL, a TRUNCATE, another table and a column added mid-batch."""
+    from ingest.images import image_json
+    from ingest.sources.postgres.changes import change_columns, change_records
+    from ingest.sources.postgres.pgoutput import changes
+    from ingest.sources.postgres.types import column_type
+
+    tid = struct.pack("!I", 1)
+    stream = [begin(0x500, 9, 5_000_000), relation(1, "t", [("id", 23, True), ("doc", 25, False)]),
+              relation(2, "other", [("id", 23, True)]),
+              b"I" + tid + b"N" + tup("1", "a"), b"I" + struct.pack("!I", 2) + b"N" + tup("5"),
+              b"U" + tid + b"N" + tup("1", UNCHANGED), b"U" + tid + b"K" + tup("1", None) + b"N" + tup("2", "b"),
+              b"D" + tid + b"K" + tup("2", None), b"T" + struct.pack("!IBI", 1, 0, 1), commit(0x500, 0x510),
+              begin(0x600, 10), relation(1, "t", [("id", 23, True), ("doc", 25, True), ("n", 23, True)], b"f"),
+              b"I" + tid + b"N" + tup("3", "c", "7"),
+              b"U" + tid + b"O" + tup("3", "c", "7") + b"N" + tup("3", "d", "8"),
+              b"U" + tid + b"O" + tup("3", "d", "8") + b"N" + tup("4", "d", "8"), commit(0x600, 0x610)]
+    types = lambda rel: [column_type("int4" if c.type_oid == 23 else "text") for c in rel.columns]  # noqa: E731
+    key = lambda rel: ["id"]  # noqa: E731
+    records = list(change_records(changes(stream), {"public.t"}, types, primary_key=key))
+    names = ["n", "id", "doc", "gone"]  # bronze's order, and a column no change has
+    chunks = list(change_columns(changes(stream), "public.t", names, types, key, size=2))
+    assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]  # the first 6 changes, then the second RELATION's 4
+    assert [c.types[3] for c in chunks] == [None] * 5 and chunks[0].types[0] is None and chunks[-1].types[0]
+    got = []
+    for c in chunks:
+        values = [[v if t is None or v is None or t.convert is None else t.convert(v) for v in col]
+                  for t, col in zip(c.types, c.columns())]
+        got += [(op, pos, ts, xid, dict(zip(names, row)), before, unsent)
+                for op, pos, ts, xid, before, unsent, *row in zip(c.ops, c.positions, c.committed_at, c.txids,
+                                                                  c.befores, c.unchanged, *values)]
+    expected = [(r.op.value, r.pos, r.committed_at, r.txid,
+                 {n: None if r.row.get(n) is UNCHANGED else r.row.get(n) for n in names},
+                 image_json(r.before), [n for n, v in r.row.items() if v is UNCHANGED] or None) for r in records]
+    assert got == expected
+    assert [g[0] for g in got] == ["insert", "update", "delete", "insert", "delete", "truncate", "insert", "update",
+                                   "delete", "insert"]
+    assert got[1][6] == ["doc"] and got[7][5] == image_json({"id": 3, "doc": "c", "n": 7})
 
 
 def test_changes_of_chosen_tables_pass_over_the_other_tables_rows_without_decoding_them():

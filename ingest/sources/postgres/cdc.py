@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ingest.changes import UNCHANGED, ChangeOp, SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
-from ingest.sources.postgres.changes import change_records
+from ingest.sources.postgres.changes import change_columns, change_records, placed_changes
 from ingest.sources.postgres.pgoutput import Relation, Update, changes, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
@@ -128,7 +128,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
             if id(relation) not in described and table_name(relation) in wanted:
                 described[id(relation)] = relation  # held here: its id stays its own
             # a TOASTed value an UPDATE did not send (only ever in its new tuple)
-            if sliced and isinstance(change, Update) and any(v is UNCHANGED for v in change.new):
+            if sliced and isinstance(change, Update) and UNCHANGED in change.new:
                 unchanged.add(table_name(relation))
             yield begin, relation, change
 
@@ -136,18 +136,21 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     truncates: dict[str, list[int]] = {}
     newest_of: dict[str, dt.datetime] = {}
     oldest_of: dict[str, dt.datetime] = {}
-    # planning a batch that executors read: positions and commit times, not values (an INSERT's or a
-    # DELETE's tuple is not even decoded)
-    for record in change_records(in_batch(), wanted, contracts, keys_only=sliced, primary_key=contracts.primary_key):
-        kept = records.setdefault(record.table, [])
-        if not sliced:
-            kept.append(record)
-            continue
-        if record.op == ChangeOp.TRUNCATE:
-            truncates.setdefault(record.table, []).append(int(record.pos))
-        if record.committed_at is not None:
-            newest_of[record.table] = max(newest_of.get(record.table, record.committed_at), record.committed_at)
-            oldest_of[record.table] = min(oldest_of.get(record.table, record.committed_at), record.committed_at)
+    if not sliced:
+        for record in change_records(in_batch(), wanted, contracts, primary_key=contracts.primary_key):
+            records.setdefault(record.table, []).append(record)
+    else:  # planning a batch that executors read: where its TRUNCATEs are and when its transactions
+        # committed, not what the changes hold (an INSERT's or a DELETE's tuple is not even decoded)
+        last_begin = last_name = None
+        for begin, relation, place, op, _, _ in placed_changes(in_batch(), wanted, contracts, contracts.primary_key):
+            name = table_name(relation)
+            if op is ChangeOp.TRUNCATE:
+                truncates.setdefault(name, []).append(begin.final_lsn.row_pos(place))
+            if begin is not last_begin or name != last_name:  # a transaction's changes share its commit time
+                last_begin, last_name, at = begin, name, begin.commit_time
+                records.setdefault(name, [])
+                newest_of[name] = max(newest_of.get(name, at), at)
+                oldest_of[name] = min(oldest_of.get(name, at), at)
     columns: dict[str, dict[str, str]] = {}
     for relation in described.values():
         seen = columns.setdefault(table_name(relation), {})
@@ -169,18 +172,31 @@ def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations:
                   tables: Collection[str] | None = None, rows: bool = True):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
     (pgoutput.changes; `tables`: only theirs; `rows`: see pgoutput.decode), without consuming."""
+    last = inside = None
     for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, rows):
-        if batch.start <= begin.final_lsn < batch.end:  # else an earlier batch's, still in the slot
+        if begin is not last:
+            last, inside = begin, batch.start <= begin.final_lsn < batch.end
+        if inside:  # else an earlier batch's, still in the slot
             yield begin, relation, change
 
 
 def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str):
     """One table's (schema.table) changes in the batch, one record at a time: what read_change_batch
     gives for it, as an executor reads a batch the driver only planned."""
+    stream, contracts = _table_stream(conn, source, slot, publication, batch, table)
+    return change_records(stream, {table}, contracts, primary_key=contracts.primary_key)
+
+
+def table_change_columns(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
+                         names: list[str], size: int):
+    """The same changes as table_changes, as changes.TextChanges of at most `size` over the columns `names`."""
+    stream, contracts = _table_stream(conn, source, slot, publication, batch, table)
+    return change_columns(stream, table, names, contracts, contracts.primary_key, size)
+
+
+def _table_stream(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str):
     check_readable(source, slot_state(conn, source, slot), batch)
-    contracts = RelationContracts(conn)
-    return change_records(batch_changes(conn, slot, publication, batch, tables={table}), {table},
-                          contracts, primary_key=contracts.primary_key)
+    return batch_changes(conn, slot, publication, batch, tables={table}), RelationContracts(conn)
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:

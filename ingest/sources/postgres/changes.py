@@ -10,58 +10,72 @@ must keep the value it has.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.changes import ChangeOp, ChangeRecord
+from ingest.images import image_json
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.pgoutput import (
-    UNCHANGED, Begin, Change, Delete, Insert, Relation, Truncate, Update, table_name,
+    UNCHANGED, Begin, Change, Delete, Insert, Relation, Update, table_name,
 )
 
 
-def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: set[str],
-                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False,
-                   primary_key: Callable[[Relation], Sequence[str]] | None = None) -> Iterator[ChangeRecord]:
-    """The changes to `tables` among `changes` (pgoutput.changes: each with its BEGIN), one at a time.
+def placed_changes(changes: Iterable[tuple[Begin, Relation, Change]], tables: Collection[str],
+                   contracts: Callable[[Relation], Sequence[ColumnType]],
+                   primary_key: Callable[[Relation], Sequence[str]] | None = None
+                   ) -> Iterator[tuple[Begin, Relation, int, ChangeOp, tuple | None, tuple | None]]:
+    """The changes to `tables` among `changes` (pgoutput.changes: each with its BEGIN), each with its place:
+    (begin, relation, place, op, values, before), the values as the tuple came (before: the old tuple of
+    an update that kept its key, else None; a TRUNCATE's values: None).
 
     A change's place counts the changes to its table in its transaction, not to the other tables, so
-    a table's records are the same whichever tables are read with it (the driver reads them all, an
-    executor one). `keys_only`: the images hold the key columns alone, for a pass that needs the
-    records' positions and not their values (converting every value was most of its time).
-    `primary_key`: a relation's primary key, for a table with REPLICA IDENTITY FULL, whose RELATION marks
-    every column as identity (else an update of any column would look like one of the key)."""
-    begin, places = None, {}
+    a table's changes are the same whichever tables are read with it (the driver reads them all, an
+    executor one). An UPDATE that moves its row to another key is a DELETE of the old tuple, then an
+    INSERT of the new. `primary_key`: a relation's primary key, for a table with REPLICA IDENTITY FULL,
+    whose RELATION marks every column as identity (else an update of any column would look like one of
+    the key)."""
+    begin, places, keys_of = None, {}, {}
     for txn_begin, relation, change in changes:
         name = table_name(relation)
         if name not in tables:
             continue
         if txn_begin is not begin:
             begin, places = txn_begin, {}
-        commit, at, xid = begin.final_lsn, begin.commit_time, str(begin.xid)
-
-        def record(op: ChangeOp, row: dict[str, Any], before: dict[str, Any] | None = None) -> ChangeRecord:
-            places[name] = index = places.get(name, 0) + 1
-            return ChangeRecord(name, op, commit.row_pos(index), row, before, at, xid)
-
-        if isinstance(change, Truncate):
-            yield record(ChangeOp.TRUNCATE, {})
-            continue
-        types = contracts(relation)
-        keys = (primary_key(relation) if relation.replica_identity == "f" and primary_key
-                else [c.name for c in relation.columns if c.key])
         if isinstance(change, Insert):
-            yield record(ChangeOp.INSERT, image(relation, types, change.new, keys_only))
+            op, values, before = ChangeOp.INSERT, change.new, None
         elif isinstance(change, Delete):
-            yield record(ChangeOp.DELETE, image(relation, types, change.old, keys_only))
+            op, values, before = ChangeOp.DELETE, change.old, None
         elif isinstance(change, Update):
-            new = image(relation, types, change.new, keys_only)
-            old = None if change.old is None else image(relation, types, change.old, keys_only)
-            if old is not None and [old[k] for k in keys] != [new[k] for k in keys]:
-                yield record(ChangeOp.DELETE, old)
-                yield record(ChangeOp.INSERT, new)
-            else:
-                yield record(ChangeOp.UPDATE, new, old)
+            op, values, before = ChangeOp.UPDATE, change.new, change.old
+            if before is not None:  # the old key came: the key may have moved
+                if id(relation) not in keys_of:
+                    keys_of[id(relation)] = (relation, primary_key(relation) if relation.replica_identity == "f"
+                                             and primary_key else [c.name for c in relation.columns if c.key])
+                keys, types = keys_of[id(relation)][1], contracts(relation)
+                old, new = image(relation, types, before, True), image(relation, types, values, True)
+                if [old[k] for k in keys] != [new[k] for k in keys]:
+                    places[name] = place = places.get(name, 0) + 1
+                    yield begin, relation, place, ChangeOp.DELETE, before, None
+                    op, before = ChangeOp.INSERT, None
+        else:
+            op, values, before = ChangeOp.TRUNCATE, None, None
+        places[name] = place = places.get(name, 0) + 1
+        yield begin, relation, place, op, values, before
+
+
+def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: Collection[str],
+                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False,
+                   primary_key: Callable[[Relation], Sequence[str]] | None = None) -> Iterator[ChangeRecord]:
+    """The changes to `tables` among `changes`, placed (placed_changes), as records in contract values.
+    `keys_only`: the images hold the key columns alone."""
+    for begin, relation, place, op, values, before in placed_changes(changes, tables, contracts, primary_key):
+        types = contracts(relation)
+        yield ChangeRecord(table_name(relation), op, begin.final_lsn.row_pos(place),
+                           image(relation, types, values, keys_only),
+                           None if before is None else image(relation, types, before, keys_only),
+                           begin.commit_time, str(begin.xid))
 
 
 def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any] | None, keys_only: bool = False
@@ -75,3 +89,78 @@ def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any]
                          "columns")
     return {c.name: v if v is None or v is UNCHANGED or t.convert is None else t.convert(v)
             for c, t, v in zip(relation.columns, types, values) if c.key or not keys_only}
+
+
+@dataclass
+class TextChanges:
+    """Changes of one table in columns: what change_records gives as records, with each column's values
+    in the server's text and the contract that converts them. An executor converts a whole column at a
+    time (types.column_array, mostly Arrow's casts); converting value by value and building a record and
+    a dict per change were most of its time."""
+
+    names: Sequence[str]
+    """The columns, in the caller's order (bronze's)."""
+    types: list[ColumnType | None]
+    """Each column's contract; None: the table has no such column in these changes (all NULL)."""
+    rows: list[tuple] = field(default_factory=list)
+    """Each change's values in its relation's column order (UNCHANGED: None here, named in `unchanged`)."""
+    ops: list[str] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    committed_at: list[Any] = field(default_factory=list)
+    txids: list[str] = field(default_factory=list)
+    befores: list[str | None] = field(default_factory=list)
+    """The image before an update as JSON (images.image_json), else None."""
+    unchanged: list[list[str] | None] = field(default_factory=list)
+    """The columns a change did not send (TOASTed values it left as they were), else None."""
+    layout: list[int | None] = field(default_factory=list)
+    """Where each of `names` is in a row (None: not in the relation)."""
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def columns(self) -> list[Sequence[str | None]]:
+        """Each of `names`' values, in change order."""
+        n = len(self.rows)
+        spread = list(zip(*self.rows)) if n else []
+        return [[None] * n if at is None or not spread else spread[at] for at in self.layout]
+
+
+def change_columns(changes: Iterable[tuple[Begin, Relation, Change]], table: str, names: Sequence[str],
+                   contracts: Callable[[Relation], Sequence[ColumnType]],
+                   primary_key: Callable[[Relation], Sequence[str]] | None = None,
+                   size: int = 10_000) -> Iterator[TextChanges]:
+    """The changes to `table` among `changes`, `size` at a most, as TextChanges over the columns `names`:
+    the same changes, positions and images as change_records gives for it, in the same order. A new
+    TextChanges starts where the table's RELATION changes (a column added or dropped mid-batch)."""
+    out: TextChanges | None = None
+    relation = None
+    for begin, rel, place, op, values, before in placed_changes(changes, {table}, contracts, primary_key):
+        if rel is not relation:
+            relation, types = rel, contracts(rel)
+            width, blank = len(rel.columns), (None,) * len(rel.columns)
+            where = {c.name: i for i, c in enumerate(rel.columns)}
+            layout = [where.get(n) for n in names]
+            if out:
+                yield out
+            out = None
+        if out is None or len(out) >= size:
+            if out:
+                yield out
+            out = TextChanges(names, [None if i is None else types[i] for i in layout], layout=layout)
+        unchanged = None
+        if values is None:
+            values = blank
+        elif len(values) != width:
+            raise ValueError(f"{table}: a tuple of {len(values)} values for {width} columns")
+        elif op is not ChangeOp.DELETE and UNCHANGED in values:  # an update's (or a key move's new row)
+            unchanged = [c.name for c, v in zip(rel.columns, values) if v is UNCHANGED]
+            values = tuple(None if v is UNCHANGED else v for v in values)
+        out.rows.append(values)
+        out.ops.append(op.value)
+        out.positions.append(begin.final_lsn.row_pos(place))
+        out.committed_at.append(begin.commit_time)
+        out.txids.append(str(begin.xid))
+        out.befores.append(None if before is None else image_json(image(rel, types, before)))
+        out.unchanged.append(unchanged)
+    if out:
+        yield out

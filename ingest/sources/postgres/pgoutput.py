@@ -14,6 +14,7 @@ import datetime as dt
 import struct
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ingest.changes import UNCHANGED
@@ -43,6 +44,11 @@ class Relation:
     replica_identity: str
     """'d' default (primary key), 'n' nothing, 'f' full, 'i' an index."""
     columns: tuple[Column, ...]
+
+    @cached_property
+    def qualified(self) -> str:
+        """schema.table (once: every change of the table asks)"""
+        return f"{self.namespace}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,11 @@ Message = Begin | Commit | Relation | TypeInfo | Insert | Update | Delete | Trun
 
 
 _STRUCTS: dict[str, struct.Struct] = {}
-_COUNT, _SIZE, _OID = struct.Struct("!H"), struct.Struct("!i"), struct.Struct("!I")
+_COUNT, _USIZE, _OID = struct.Struct("!H"), struct.Struct("!I"), struct.Struct("!I")
 _NULL, _UNCHANGED, _TEXT, _BINARY = b"nutb"
+_INSERT, _DELETE, _NEW, _KEY, _OLD = b"IDNKO"
+_ROW_CHANGES = frozenset(b"IUD")
+"""The first bytes of INSERT, UPDATE and DELETE messages, whose next four bytes are the table's OID."""
 
 
 class _Reader:
@@ -148,34 +157,38 @@ class _Reader:
     def lsn(self) -> Lsn:
         return Lsn(self.take("!Q"))
 
-    def tuple_data(self) -> tuple[Any, ...]:
-        """A row's values: the hot path of every change, so its fields are read inline."""
-        data, at, end = self.data, self.at, len(self.data)
-        if at + 2 > end:
-            raise ProtocolError(f"message ends after {end} bytes, inside a field at {at}")
+
+_TUPLE_TOO_SHORT = "a row's values run past the end of its message"
+
+
+def _tuple(data: bytes, at: int) -> tuple[tuple[Any, ...], int]:
+    """A row's values at `at` and where they end: the hot path of every change, so it indexes the bytes
+    directly and checks the message's end once, after the loop (a length read as unsigned: a negative one
+    runs past the end too)."""
+    try:
         (count,) = _COUNT.unpack_from(data, at)
         at += 2
-        values: list[Any] = [None] * count
-        for i in range(count):
-            if at >= end:
-                raise ProtocolError(f"message ends after {end} bytes, inside a field at {at}")
+        values: list[Any] = []
+        append, size_at = values.append, _USIZE.unpack_from
+        for _ in range(count):
             kind = data[at]
-            at += 1
             if kind == _TEXT or kind == _BINARY:
-                if at + 4 > end:
-                    raise ProtocolError(f"message ends after {end} bytes, inside a field at {at}")
-                (size,) = _SIZE.unpack_from(data, at)
-                at += 4
-                if size < 0 or at + size > end:
-                    raise ProtocolError(f"a value of {size} bytes at {at} runs past the message's end")
-                values[i] = str(data[at:at + size], "utf-8") if kind == _TEXT else bytes(data[at:at + size])
-                at += size
+                (size,) = size_at(data, at + 1)
+                start, at = at + 5, at + 5 + size
+                append(data[start:at].decode() if kind == _TEXT else data[start:at])
+            elif kind == _NULL:
+                append(None)
+                at += 1
             elif kind == _UNCHANGED:
-                values[i] = UNCHANGED
-            elif kind != _NULL:
-                raise ProtocolError(f"unknown tuple value kind {chr(kind)!r} at {at - 1}")
-        self.at = at
-        return tuple(values)
+                append(UNCHANGED)
+                at += 1
+            else:
+                raise ProtocolError(f"unknown tuple value kind {chr(kind)!r} at {at}")
+    except (IndexError, struct.error):
+        raise ProtocolError(_TUPLE_TOO_SHORT) from None
+    if at > len(data):
+        raise ProtocolError(_TUPLE_TOO_SHORT)
+    return tuple(values), at
 
 
 def decode(data: bytes, rows: bool = True) -> Message:
@@ -184,6 +197,27 @@ def decode(data: bytes, rows: bool = True) -> Message:
     it moved its row to another key is in them)."""
     if not data:
         raise ProtocolError("an empty message")
+    kind = data[0]
+    if kind in _ROW_CHANGES:  # the hot path: indexed directly
+        if len(data) < 6:
+            raise ProtocolError(f"a {chr(kind)} message of {len(data)} bytes")
+        (oid,), marker = _OID.unpack_from(data, 1), data[5]
+        if kind == _INSERT:
+            if marker != _NEW:
+                raise ProtocolError(f"INSERT: expected 'N' before the new tuple, got {chr(marker)!r}")
+            return Insert(oid, _tuple(data, 6)[0] if rows else None)
+        if kind == _DELETE:
+            if marker != _KEY and marker != _OLD:
+                raise ProtocolError(f"DELETE: expected 'K' or 'O' before the old tuple, got {chr(marker)!r}")
+            return Delete(oid, _tuple(data, 6)[0] if rows else None)
+        old, at = None, 6
+        if marker == _KEY or marker == _OLD:
+            old, at = _tuple(data, 6)
+            marker = data[at] if at < len(data) else None
+            at += 1
+        if marker != _NEW:
+            raise ProtocolError(f"UPDATE: expected 'N' before the new tuple, got {marker and chr(marker)!r}")
+        return Update(oid, _tuple(data, at)[0], old)
     r = _Reader(data)
     kind = r.byte()
     if kind == "B":
@@ -200,25 +234,6 @@ def decode(data: bytes, rows: bool = True) -> Message:
         return Relation(oid, namespace, name, identity, tuple(columns))
     if kind == "Y":
         return TypeInfo(r.take("!I"), r.string(), r.string())
-    if kind == "I":
-        oid = r.take("!I")
-        _expect(r, "N")
-        return Insert(oid, r.tuple_data() if rows else None)
-    if kind == "U":
-        oid, old = r.take("!I"), None
-        marker = r.byte()
-        if marker in ("K", "O"):
-            old = r.tuple_data()
-            marker = r.byte()
-        if marker != "N":
-            raise ProtocolError(f"UPDATE: expected 'N' before the new tuple, got {marker!r}")
-        return Update(oid, r.tuple_data(), old)
-    if kind == "D":
-        oid = r.take("!I")
-        marker = r.byte()
-        if marker not in ("K", "O"):
-            raise ProtocolError(f"DELETE: expected 'K' or 'O' before the old tuple, got {marker!r}")
-        return Delete(oid, r.tuple_data() if rows else None)
     if kind == "T":
         n, options = r.take("!I"), r.take("!B")
         return Truncate(tuple(r.take("!I") for _ in range(n)), bool(options & 1), bool(options & 2))
@@ -226,12 +241,6 @@ def decode(data: bytes, rows: bool = True) -> Message:
         return Skipped(kind)
     raise ProtocolError(f"unknown pgoutput message {kind!r} (streamed transactions need protocol version 2, "
                         "which this reader does not ask for)")
-
-
-def _expect(r: _Reader, marker: str) -> None:
-    got = r.byte()
-    if got != marker:
-        raise ProtocolError(f"expected {marker!r}, got {got!r}")
 
 
 @dataclass
@@ -247,7 +256,7 @@ Change = Insert | Update | Delete | Truncate
 
 def table_name(relation: Relation) -> str:
     """schema.table"""
-    return f"{relation.namespace}.{relation.name}"
+    return relation.qualified
 
 
 def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | None = None) -> Iterator[Transaction]:
@@ -274,10 +283,6 @@ def changes(messages: Iterable[bytes], relations: dict[int, Relation] | None = N
     for event in _events(messages, relations, tables, rows):
         if isinstance(event, tuple):
             yield event
-
-
-_ROW_CHANGES = frozenset(b"IUD")
-"""The first bytes of INSERT, UPDATE and DELETE messages, whose next four bytes are the table's OID."""
 
 
 def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, tables: Collection[str] | None = None,

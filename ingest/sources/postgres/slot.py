@@ -58,7 +58,8 @@ def peek(conn, slot: str, publication: str, upto: Lsn | None = None,
     deadline = time.monotonic() + wait_seconds
     while True:
         try:
-            with conn.transaction(), conn.cursor(name=f"peek_{slot}") as cur:  # a server-side cursor lives in one
+            # a server-side cursor lives in one transaction; binary: the messages as they are, not in hex
+            with conn.transaction(), conn.cursor(name=f"peek_{slot}", binary=True) as cur:
                 cur.itersize = PEEK_FETCH
                 cur.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
                             "'proto_version', '1', 'publication_names', %s)",

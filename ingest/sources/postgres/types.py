@@ -216,3 +216,35 @@ def column_type(type_name: str, typmod: int = -1, element: str | None = None, de
             return TEXT
         return ColumnType(f"decimal({shape[0]},{shape[1]})", to_decimal)
     return _BY_NAME.get(type_name, TEXT)
+
+
+def column_array(ctype, texts, arrow_type):
+    """One column of a chunk (an Arrow string array) in its Delta type. Text columns pass as they are;
+    integers, numeric(p,s), doubles, dates and timestamps are parsed by Arrow's cast and booleans by a
+    comparison, which take the same forms as the contract's parsers (the golden-type test compares them)
+    and are many times faster; a value the cast refuses, and every other type, goes through the
+    contract's parser, which names a value out of contract (a NaN numeric, an infinite date, a BC
+    timestamp). An array column is split by Arrow's kernels (array_lists) and its elements converted as
+    a column of the element's type."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ingest.sources.contract import convert_column
+
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
+    if ctype.element is not None and (lists := array_lists(texts)) is not None:
+        items = column_array(ctype.element, lists.values, arrow_type.value_type)
+        return pa.ListArray.from_arrays(lists.offsets, items, type=arrow_type, mask=lists.is_null())
+    if ctype.convert is None:
+        return texts.cast(arrow_type)
+    if ctype.convert is to_bool:
+        return pc.equal(texts, "t")
+    # a float4's text goes through Python's double as the driver's path does: parsed straight to float32
+    # it could round differently
+    if ctype.convert in (int, to_decimal, to_date, to_timestamp, to_instant) or (
+            ctype.convert is to_float and arrow_type == pa.float64()):
+        try:
+            return texts.cast(arrow_type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return pa.array(convert_column(ctype, texts.to_pylist()), type=arrow_type)
