@@ -109,8 +109,8 @@ def drain(conn, slot: str, publication: str, upto) -> tuple[float, int]:
 def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log, max_bytes: int | None = None
             ) -> tuple[float, int, int, dict]:
     """Every batch the sensor would cut from `start` to `head`, as a batch run lands it (a large one read
-    by executors, `cdc.executor_min_bytes` at its default); `max_bytes`: of WAL per batch (default the
-    sensor's)."""
+    by executors, `cdc.executor_min_bytes` and `executor_readers` at their defaults); `max_bytes`: of WAL
+    per batch (default the sensor's)."""
     from ingest.adapters.postgres import change_batch_writes
     from ingest.config import PostgresCdcSettings
     from ingest.lake.silver import SilverFromBatch
@@ -129,7 +129,8 @@ def our_cdc(spark, conn, params, table: str, lake: Path, start, head, log, max_b
                                 PostgresCdcSettings().executor_min_bytes)
         t1 = time.perf_counter()
         for write in change_batch_writes("bench", params, "bench_slot", "bench_pub", got,
-                                         {f"public.{table}": f"public.{table}"}).values():
+                                         {f"public.{table}": f"public.{table}"},
+                                         readers=PostgresCdcSettings().executor_readers).values():
             changes += write.apply(spark, bronze, quiet)["rows"]
         t2 = time.perf_counter()
         SilverFromBatch("bench", table, LakeTable(spark, bronze, batch.key), LakeTable(spark, snap),

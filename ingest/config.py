@@ -143,6 +143,11 @@ class PostgresCdcSettings(CdcSettings):
     smaller one is read by the run itself, which starts no Spark job to read it. The two cost the same
     near 2 MiB (about 10,000 changes of ten columns); at 60 MiB the executors took 8.9 s against the
     run's 12.8 s. 0: every batch on the executors."""
+    executor_readers: Annotated[int, Field(ge=1, le=16)] = 2
+    """Executors that read one table's changes of such a batch at once, each the transactions whose id
+    falls to it, from its own temporary copy of the slot (the server decodes the batch's WAL once for
+    each). While a table is read it takes this many replication slots less one: raise
+    max_replication_slots for it. Copies need PostgreSQL 12 or later. 1: one reader, on the slot itself."""
 
 
 ENV_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"

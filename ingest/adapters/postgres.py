@@ -93,9 +93,9 @@ def read_chunks(spec: dict[str, Any], options: dict[str, str], chunks: list[dict
 
 
 def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict, arrow_schema) -> Iterator[Any]:
-    """One table's changes in a batch the driver only planned (executor side): streamed from the slot and
-    turned into bronze rows ARROW_ROWS at a time, a column at a time (changes.TextChanges); with a row
-    filter, as records that the server judges first."""
+    """One table's changes in a batch the driver only planned (executor side), or this reader's share of
+    them: streamed from the slot and turned into bronze rows ARROW_ROWS at a time, a column at a time
+    (changes.TextChanges); with a row filter, as records that the server judges first."""
     from ingest.lake.datasource import ARROW_ROWS
     from ingest.sources.postgres.cdc import table_change_columns, table_changes
     from ingest.sources.postgres.filters import described, filtered_records
@@ -104,9 +104,10 @@ def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict
     params = PgParams(**spec["conn"], password=options["password"])
     columns = [tuple(c) for c in spec["columns"]]
     at = (spec["source"], spec["slot"], spec["publication"], LsnRange.from_key(spec["batch"]), part["table"])
+    share = tuple(part["share"]) if "share" in part else None
     if "where" not in spec:
         with params.connect() as conn:
-            for chunk in table_change_columns(conn, *at, [n for n, _ in columns], ARROW_ROWS):
+            for chunk in table_change_columns(conn, *at, [n for n, _ in columns], ARROW_ROWS, share):
                 yield text_changes_arrow(chunk, spec["batch"], arrow_schema)
         return
     from ingest.lake.bronze import records_arrow
@@ -120,7 +121,7 @@ def read_table_changes(spec: dict[str, Any], options: dict[str, str], part: dict
             return records_arrow(records, columns, spec["batch"], arrow_schema).to_batches()
 
         records = []
-        for record in table_changes(conn, *at):
+        for record in table_changes(conn, *at, share):
             records.append(record)
             if len(records) >= ARROW_ROWS:
                 yield from landed(records)
@@ -215,32 +216,34 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
 
 
 def change_batch_writes(source: str, params: PgParams, slot: str, publication: str, batch, qualified: dict[str, str],
-                        transforms=None, filters: dict[str, RowFilter] | None = None):
+                        transforms=None, filters: dict[str, RowFilter] | None = None, readers: int = 1):
     """A change batch as bronze writes (lake.bronze.ChangeBatch): the tables a large batch only planned
-    (TableChanges.sliced) get a DataFrame that an executor reads from the slot (and judges by the table's
-    row filter in `filters`); `qualified`: each table's schema.table by its name in the batch."""
+    (TableChanges.sliced) get a DataFrame that `readers` executors read from the slot (and judge by the
+    table's row filter in `filters`); `qualified`: each table's schema.table by its name in the batch."""
     from functools import partial
 
     from ingest.lake.bronze import bronze_writes
 
     frames = {t: partial(table_changes_df, params=params, source=source, slot=slot, publication=publication,
                          table=qualified[t], changes=changes, batch_key=batch.key,
-                         row_filter=(filters or {}).get(t))
+                         row_filter=(filters or {}).get(t), readers=readers)
               for t, changes in batch.tables.items() if changes.sliced}
     return bronze_writes(source, batch, frames, transforms)
 
 
 def table_changes_df(spark, *, params: PgParams, source: str, slot: str, publication: str, table: str, changes,
-                     batch_key: str, row_filter: RowFilter | None = None):
-    """One table's changes in a batch (TableChanges, sliced) as a DataFrame of bronze rows, one partition;
-    with a `row_filter`, what they land as under it."""
+                     batch_key: str, row_filter: RowFilter | None = None, readers: int = 1):
+    """One table's changes in a batch (TableChanges, sliced) as a DataFrame of bronze rows, a partition
+    for each of `readers`, which share its transactions (pgoutput.changes); with a `row_filter`, what they
+    land as under it."""
     from ingest.lake.bronze import bronze_ddl
     from ingest.lake.datasource import register_reader
 
     register_reader(spark, CHANGES_SOURCE_NAME, read_table_changes, "parts")
     spec = {"conn": {k: v for k, v in asdict(params).items() if k != "password"}, "source": source, "slot": slot,
             "publication": publication, "columns": [list(c) for c in changes.columns], "batch": batch_key,
-            "parts": [{"table": table}], **({"where": row_filter.where} if row_filter else {})}
+            "parts": [{"table": table, "share": [k, readers]} for k in range(readers)],
+            **({"where": row_filter.where} if row_filter else {})}
     return (spark.read.format(CHANGES_SOURCE_NAME).option("ddl", bronze_ddl(changes.columns, changes.unchanged))
             .option("spec", json.dumps(spec)).option("password", params.password).load())
 

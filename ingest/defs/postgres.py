@@ -107,7 +107,8 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
         return change_batch_writes(name, params, slot, source.publication,
                                    SourceBatch(got.key, changes, got.positions, got.extra),
                                    {t: source.qualified(t) for t in tables}, transforms,
-                                   {t: f for t in tables if (f := source.tables.row_filter(t))})
+                                   {t: f for t in tables if (f := source.tables.row_filter(t))},
+                                   source.cdc.executor_readers)
 
     text = BatchAssetText(
         "postgres", lambda t: f"`{source.qualified(t)}`", "with op, `_pos` (commit LSN and place among the "

@@ -3,6 +3,7 @@ whole transactions per batch, the slot confirmed only when asked, TOASTed values
 send kept in silver, columns added and dropped, and a slot that is gone or invalidated named."""
 
 import secrets
+import time
 
 import pytest
 
@@ -160,10 +161,16 @@ def test_a_snapshot_read_at_an_exported_snapshot_then_batches_from_its_log_start
         assert got == want and len(got) == 850 and got[("eu", 7)][0] == 0
 
 
+def copies(conn) -> int:
+    """Temporary copies of big_slot (slot.reading_copy) the server still has."""
+    return conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'big_slot_r%'").fetchone()[0]
+
+
 def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(pg, spark, tmp_path):
     """A batch of executor_min_bytes or more is only planned in the run: an executor reads each table's
-    changes from the slot. Bronze gets the same rows, `_pos` and `_unchanged` included, and the same
-    TRUNCATE positions and newest and oldest commits as from the same batch read in the run, which holds no change."""
+    changes from the slot, or several share them (cdc.executor_readers). Bronze gets the same rows, `_pos`
+    and `_unchanged` included, and the same TRUNCATE positions and newest and oldest commits as from the
+    same batch read in the run, which holds no change."""
     from ingest.adapters.postgres import PgParams, change_batch_writes
     from ingest.lake.bronze import BatchSummary
     from ingest.lake.deltalog import last_commit
@@ -188,30 +195,70 @@ def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(
             batch = LsnRange(start, slot_state(conn, "shop", "big_slot").head)
 
             landed = {}
-            for how, min_bytes in (("run", None), ("executors", 0)):
+            # three readers share the transactions, each but the first on a temporary copy of the slot
+            for how, min_bytes, readers in (("run", None, 1), ("executors", 0, 1), ("readers", 0, 3)):
                 got = read_change_batch(conn, "shop", "big_slot", "big_pub", batch, ["public.big_a", "public.big_b"],
                                         executor_min_bytes=min_bytes)
-                assert {c.sliced for c in got.tables.values()} == {how == "executors"}
+                assert {c.sliced for c in got.tables.values()} == {how != "run"}
                 held = sum(len(c.records) for c in got.tables.values())
-                assert held == (0 if how == "executors" else 2 * 3000 + 1 + 1 + 1 + 1)
+                assert held == (0 if how != "run" else 2 * 3000 + 1 + 1 + 1 + 1)
                 for table, write in change_batch_writes("shop", params, "big_slot", "big_pub", got,
-                                                        {t: t for t in got.tables}).items():
+                                                        {t: t for t in got.tables}, readers=readers).items():
                     path = str(tmp_path / how / table)
                     write.apply(spark, path, print)
                     rows = sorted((r.asDict() for r in spark.read.format("delta").load(path).collect()),
                                   key=lambda r: r["_pos"])
                     summary = BatchSummary.from_metadata(last_commit(path, kind="bronze").metadata["summary"])
                     landed[how, table] = rows, summary.truncates, summary.newest_epoch, summary.oldest_epoch
+            deadline = time.monotonic() + 10  # the readers' copies go when their sessions end
+            while copies(conn) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert copies(conn) == 0
         finally:
             conn.execute("SELECT pg_drop_replication_slot('big_slot')")
 
     for table in ("public.big_a", "public.big_b"):
-        assert landed["executors", table] == landed["run", table]
+        assert landed["executors", table] == landed["run", table] == landed["readers", table]
     rows_a, *_ = landed["run", "public.big_a"]
     assert rows_a[-1]["id"] == 1 and rows_a[-1]["_unchanged"] == ["doc"] and rows_a[-1]["doc"] is None
     rows_b, truncates, *_ = landed["run", "public.big_b"]
     assert len(truncates) == 1 and [r["_op"] for r in rows_b[-4:]] == ["delete", "insert", "truncate", "insert"]
     assert rows_a[0]["_pos"] == rows_b[0]["_pos"]  # the first change to each table in the transaction: place 1
+
+
+def test_readers_without_a_free_replication_slot_fail_naming_the_setting_and_commit_nothing(pg, spark, tmp_path):
+    """Every reader of a large batch but the first reads a temporary copy of the slot: a server with no
+    slot free for it fails the batch with what to change, before bronze gets a commit."""
+    from ingest.adapters.postgres import PgParams, change_batch_writes
+    from ingest.lake.deltalog import table_version
+    from ingest.sources.postgres.positions import LsnRange
+    from ingest.sources.postgres.slot import SlotCopyRefused
+
+    params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
+    with pg.connect() as conn:
+        conn.execute("CREATE TABLE few_a (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION few_pub FOR TABLE few_a")
+        conn.execute("SELECT pg_create_logical_replication_slot('few_slot', 'pgoutput')")
+        free = conn.execute("SELECT current_setting('max_replication_slots')::int - count(*) "
+                            "FROM pg_replication_slots").fetchone()[0]
+        fillers = [f"few_filler_{i}" for i in range(free)]  # no slot left for a reader's copy
+        try:
+            for name in fillers:
+                conn.execute("SELECT pg_create_physical_replication_slot(%s)", (name,))
+            start = slot_state(conn, "shop", "few_slot").confirmed
+            for i in range(3):  # three transactions: each reader has its share
+                conn.execute(f"INSERT INTO few_a SELECT generate_series({i * 100 + 1}, {i * 100 + 100})")
+            batch = LsnRange(start, slot_state(conn, "shop", "few_slot").head)
+            planned = read_change_batch(conn, "shop", "few_slot", "few_pub", batch, ["public.few_a"],
+                                        executor_min_bytes=0)
+            (write,) = change_batch_writes("shop", params, "few_slot", "few_pub", planned,
+                                           {"public.few_a": "public.few_a"}, readers=3).values()
+            with pytest.raises(SlotCopyRefused, match=r"max_replication_slots.*cdc\.executor_readers to 1"):
+                write.apply(spark, str(tmp_path / "bronze"), print)
+            assert table_version(str(tmp_path / "bronze")) is None
+        finally:
+            for name in ["few_slot", *fillers]:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def test_a_slot_released_before_the_executors_read_the_batch_stops_it_and_commits_nothing(pg, spark, tmp_path):

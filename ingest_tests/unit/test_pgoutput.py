@@ -260,6 +260,24 @@ def test_change_columns_hold_what_change_records_give_column_by_column():
     assert got[1][6] == ["doc"] and got[7][5] == image_json({"id": 3, "doc": "c", "n": 7})
 
 
+def test_readers_sharing_a_stream_take_each_transaction_once_by_its_id_and_pass_over_the_others_undecoded():
+    from ingest.sources.postgres.pgoutput import changes
+
+    tid = struct.pack("!I", 1)
+    stream = [relation(1, "t", [("id", 23, True)])]
+    for xid in (7, 8, 9, 10, 11):
+        stream += [begin(0x100 * xid, xid), b"I" + tid + b"N" + tup(str(xid)), b"T" + struct.pack("!IBI", 1, 0, 1),
+                   commit(0x100 * xid, 0x100 * xid + 8)]
+    whole = [(b.xid, type(c).__name__) for b, _, c in changes(stream)]
+    shares = [[(b.xid, type(c).__name__) for b, _, c in changes(stream, share=(k, 3))] for k in range(3)]
+    assert sorted(sum(shares, [])) == sorted(whole) and len(whole) == 10
+    assert [{x % 3 for x, _ in share} for share in shares] == [{0}, {1}, {2}]
+    broken = stream[:2] + [b"I" + tid + b"not a tuple"] + stream[3:]  # in xid 7's transaction
+    assert [b.xid for b, _, _ in changes(broken, share=(0, 2))] == [8, 8, 10, 10]  # xid 7 is reader 1's
+    with pytest.raises(ProtocolError):
+        list(changes(broken, share=(1, 2)))
+
+
 def test_changes_of_chosen_tables_pass_over_the_other_tables_rows_without_decoding_them():
     from ingest.sources.postgres.pgoutput import changes
 

@@ -19,7 +19,7 @@ from ingest.sources.postgres.changes import change_columns, change_records, plac
 from ingest.sources.postgres.pgoutput import Relation, Update, changes, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
-from ingest.sources.postgres.slot import advance, peek
+from ingest.sources.postgres.slot import advance, peek, reading_copy
 
 
 class SlotLost(RuntimeError):
@@ -169,34 +169,44 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
 
 
 def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,
-                  tables: Collection[str] | None = None, rows: bool = True):
+                  tables: Collection[str] | None = None, rows: bool = True, share: tuple[int, int] | None = None):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
-    (pgoutput.changes; `tables`: only theirs; `rows`: see pgoutput.decode), without consuming."""
+    (pgoutput.changes; `tables`: only theirs; `rows`: see pgoutput.decode; `share`: see pgoutput.changes),
+    without consuming."""
     last = inside = None
-    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, rows):
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, rows,
+                                           share):
         if begin is not last:
             last, inside = begin, batch.start <= begin.final_lsn < batch.end
         if inside:  # else an earlier batch's, still in the slot
             yield begin, relation, change
 
 
-def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str):
+def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
+                  share: tuple[int, int] | None = None):
     """One table's (schema.table) changes in the batch, one record at a time: what read_change_batch
-    gives for it, as an executor reads a batch the driver only planned."""
-    stream, contracts = _table_stream(conn, source, slot, publication, batch, table)
+    gives for it, as an executor reads a batch the driver only planned. `share`: see table_stream."""
+    stream, contracts = table_stream(conn, source, slot, publication, batch, table, share)
     return change_records(stream, {table}, contracts, primary_key=contracts.primary_key)
 
 
 def table_change_columns(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
-                         names: list[str], size: int):
+                         names: list[str], size: int, share: tuple[int, int] | None = None):
     """The same changes as table_changes, as changes.TextChanges of at most `size` over the columns `names`."""
-    stream, contracts = _table_stream(conn, source, slot, publication, batch, table)
+    stream, contracts = table_stream(conn, source, slot, publication, batch, table, share)
     return change_columns(stream, table, names, contracts, contracts.primary_key, size)
 
 
-def _table_stream(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str):
+def table_stream(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
+                 share: tuple[int, int] | None = None):
+    """The table's changes in the batch as they stream from the slot, and the relations' contracts.
+    `share` (k, n): only reader k's of n (pgoutput.changes); every reader but the first reads a temporary
+    copy of the slot, as the server lets one session at a time use a slot."""
     check_readable(source, slot_state(conn, source, slot), batch)
-    return batch_changes(conn, slot, publication, batch, tables={table}), RelationContracts(conn)
+    if share is not None and share[0] > 0:
+        slot = reading_copy(conn, source, slot)
+        check_readable(source, slot_state(conn, source, slot), batch)  # a confirm between the two
+    return batch_changes(conn, slot, publication, batch, tables={table}, share=share), RelationContracts(conn)
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:

@@ -116,9 +116,11 @@ Message = Begin | Commit | Relation | TypeInfo | Insert | Update | Delete | Trun
 _STRUCTS: dict[str, struct.Struct] = {}
 _COUNT, _USIZE, _OID = struct.Struct("!H"), struct.Struct("!I"), struct.Struct("!I")
 _NULL, _UNCHANGED, _TEXT, _BINARY = b"nutb"
-_INSERT, _DELETE, _NEW, _KEY, _OLD = b"IDNKO"
+_INSERT, _DELETE, _TRUNCATE, _NEW, _KEY, _OLD = b"IDTNKO"
 _ROW_CHANGES = frozenset(b"IUD")
 """The first bytes of INSERT, UPDATE and DELETE messages, whose next four bytes are the table's OID."""
+_CHANGES = frozenset(b"IUDT")
+"""And TRUNCATE's."""
 
 
 class _Reader:
@@ -275,26 +277,33 @@ def transactions(messages: Iterable[bytes], relations: dict[int, Relation] | Non
 
 
 def changes(messages: Iterable[bytes], relations: dict[int, Relation] | None = None,
-            tables: Collection[str] | None = None, rows: bool = True) -> Iterator[tuple[Begin, Relation, Change]]:
+            tables: Collection[str] | None = None, rows: bool = True,
+            share: tuple[int, int] | None = None) -> Iterator[tuple[Begin, Relation, Change]]:
     """Each row change as it comes, with its transaction's BEGIN and its table: what `transactions`
     gives, holding no transaction whole (one can be millions of changes). `tables` (schema.table): only
     their changes; an INSERT, UPDATE or DELETE of another table is passed over undecoded. `rows`: see
-    decode."""
-    for event in _events(messages, relations, tables, rows):
+    decode. `share` (k, n): only the changes of transactions whose xid is k modulo n, the others passed
+    over undecoded, so that n readers of the same stream take each transaction once between them."""
+    for event in _events(messages, relations, tables, rows, share):
         if isinstance(event, tuple):
             yield event
 
 
 def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, tables: Collection[str] | None = None,
-            rows: bool = True) -> Iterator[Begin | Commit | tuple[Begin, Relation, Change]]:
+            rows: bool = True, share: tuple[int, int] | None = None
+            ) -> Iterator[Begin | Commit | tuple[Begin, Relation, Change]]:
     """BEGIN, each change (with its BEGIN and table) and COMMIT, checked for their order; with `tables`,
-    the row changes of other tables left out before decoding (decoding a row is 30 times the check)."""
+    the row changes of other tables left out before decoding (decoding a row is 30 times the check);
+    with `share`, those of the other readers' transactions (see changes)."""
     relations = {} if relations is None else relations
     begin: Begin | None = None
     others: set[int] = set()
     """OIDs of described tables not among `tables`."""
+    theirs = False
+    """Whether the open transaction is another reader's."""
     for data in messages:
-        if others and data and data[0] in _ROW_CHANGES and _OID.unpack_from(data, 1)[0] in others:
+        if (theirs or others) and data and data[0] in _CHANGES and (
+                theirs or data[0] != _TRUNCATE and _OID.unpack_from(data, 1)[0] in others):
             if begin is None:
                 raise ProtocolError("a row change outside a transaction")
             continue
@@ -309,11 +318,12 @@ def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, ta
             if begin is not None:
                 raise ProtocolError(f"BEGIN of xid {message.xid} inside xid {begin.xid}")
             begin = message
+            theirs = share is not None and message.xid % share[1] != share[0]
             yield message
         elif isinstance(message, Commit):
             if begin is None:
                 raise ProtocolError(f"COMMIT at {message.commit_lsn} without a BEGIN")
-            begin = None
+            begin, theirs = None, False
             yield message
         elif isinstance(message, (Insert, Update, Delete, Truncate)):
             if begin is None:

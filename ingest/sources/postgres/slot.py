@@ -73,6 +73,37 @@ def peek(conn, slot: str, publication: str, upto: Lsn | None = None,
             _wait_for_slot(slot, deadline, wait_seconds, exc)
 
 
+class SlotCopyRefused(RuntimeError):
+    """The server cannot make a reader's temporary copy of the source's slot: no replication slot is
+    free, or it is older than PostgreSQL 12."""
+
+
+def reading_copy(conn, source: str, slot: str) -> str:
+    """A temporary copy of `slot`, dropped when this session ends: at the same position, so it gives the
+    same changes, while another session reads the slot itself (the server lets one session at a time
+    use a slot). Its name. SlotCopyRefused when the server has no slot free for it, or cannot copy one."""
+    import os
+    import secrets
+
+    import psycopg
+
+    name = f"{slot[:40]}_r{os.getpid()}_{secrets.token_hex(3)}"  # at most 63 characters
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)", (slot, name))
+    except psycopg.errors.UndefinedFunction:
+        raise SlotCopyRefused(f"source {source}: this PostgreSQL cannot copy replication slot {slot!r} for a second "
+                              "reader (pg_copy_logical_replication_slot came with PostgreSQL 12). Fix: set "
+                              "cdc.executor_readers to 1 for this source") from None
+    except psycopg.errors.ConfigurationLimitExceeded as exc:  # one line: an executor's error is rebuilt from it
+        raise SlotCopyRefused(
+            f"source {source}: no replication slot is free for a reader's temporary copy of slot {slot!r} "
+            f"({exc.diag.message_primary or type(exc).__name__}). Each table of a batch read on Spark's executors "
+            "takes cdc.executor_readers - 1 slots while it is read. Fix: raise max_replication_slots on the server "
+            "(a restart), or set cdc.executor_readers to 1 for this source") from None
+    return name
+
+
 def current_lsn(conn) -> Lsn:
     with conn.cursor() as cur:
         cur.execute("SELECT pg_current_wal_lsn()::text")
