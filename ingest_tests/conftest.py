@@ -34,8 +34,14 @@ def spark_server(tmp_path_factory):
             return n + delta
 
     users(+1)
-    # two local cores: the tests' own processes need the rest
-    state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    # two local cores: the tests' own processes need the rest. Interpreted expressions: the tests' tables
+    # are small, and generating and compiling code for each of their thousands of small queries was a
+    # third of the server's CPU (a loop of small appends, merges and counts: 146 CPU-s against 224-232
+    # with code generation), which the whole suite waits on. The two evaluators give the same results;
+    # production's small batches run this way too (lake/write.py SMALL_BATCH_CONF), and the servers tests
+    # start for the demo and the cluster keep the production settings.
+    state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
+                                 "spark.sql.codegen.factoryMode": "NO_CODEGEN"})
     os.environ["INGEST_SPARK_REMOTE"] = state.url
     yield state
     if users(-1) == 0:

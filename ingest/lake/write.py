@@ -75,16 +75,22 @@ class WriteOutcome:
 
 @contextmanager
 def session_conf(spark, settings: dict[str, str]) -> Iterator[None]:
-    """`settings` on the session for one command, unset after: the session may be a leased one that
-    later runs reuse, and its threads share it (one such command at a time per process)."""
+    """`settings` on the session for one command, put back after: the session may be a leased one that
+    later runs reuse, and its threads share it (one such command at a time per process). A key the
+    session had gets its value back; one it did not is unset (unsetting a key the server sets would
+    give it Spark's built-in default, not the server's)."""
     with _SESSION_CONF_LOCK:
+        before = {key: spark.conf.get(key, None) for key in settings}
         for key, value in settings.items():
             spark.conf.set(key, value)
         try:
             yield
         finally:
-            for key in settings:
-                spark.conf.unset(key)
+            for key, value in before.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
 
 
 SMALL_BATCH_CONF = {

@@ -135,10 +135,16 @@ def test_the_io_manager_commits_run_decoded_batches_without_code_generation_and_
 
     resource = SparkResource(spark_config={"spark.remote": spark_server.url})
     lake = DeltaLakeIOManager(lake_root=str(tmp_path), spark=resource)
-    default = resource.session.conf.get("spark.sql.codegen.factoryMode")
-    assert default != SMALL_BATCH_CONF["spark.sql.codegen.factoryMode"]
-    lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(1), Batch(2)], small_batches=True), print)
-    lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(3)]), print)
-    assert seen == ["NO_CODEGEN", "NO_CODEGEN", default]
-    assert resource.session.conf.get("spark.sql.codegen.factoryMode") == default
+    key = "spark.sql.codegen.factoryMode"
+    server = resource.session.conf.get(key)  # the tests' server sets it (conftest): it must come back
+    try:
+        for default in ("FALLBACK", server):  # a value the session set, then the server's
+            resource.session.conf.set(key, default)
+            seen.clear()
+            lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(1), Batch(2)], small_batches=True), print)
+            lake.write(AssetKey(["src", "t", "changes"]), InOrder([Batch(3)]), print)
+            assert seen == [SMALL_BATCH_CONF[key]] * 2 + [default]
+            assert resource.session.conf.get(key) == default
+    finally:
+        resource.session.conf.set(key, server)
     assert spark.read.format("delta").load(lake.path_for(AssetKey(["src", "t", "changes"]))).count() == 3
