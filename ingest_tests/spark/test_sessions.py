@@ -13,8 +13,10 @@ from ingest.lake.connect import _LEASED, connect
 session = connect()
 lease = _LEASED[os.environ["INGEST_SPARK_REMOTE"]][0]
 print(json.dumps({"session": session.session_id, "reused": lease.reused, "one": session.range(3).count()}), flush=True)
-if sys.argv[1] == "kill":  # SIGKILLed while a query runs in its session
-    threading.Thread(target=lambda: session.range(10**11).selectExpr("sum(id)").collect(), daemon=True).start()
+if sys.argv[1] == "kill":  # SIGKILLed while a query runs in its session (one task: the shared server's
+    # other core stays free for the next holder and the other worker's tests until the test stops it)
+    threading.Thread(target=lambda: session.range(0, 10**11, 1, 1).selectExpr("sum(id)").collect(),
+                     daemon=True).start()
     time.sleep(2)
     os.kill(os.getpid(), signal.SIGKILL)
 """
