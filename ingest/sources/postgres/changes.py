@@ -129,21 +129,19 @@ def change_columns(changes: Iterable[tuple[Begin, Relation, Change]], table: str
                    contracts: Callable[[Relation], Sequence[ColumnType]],
                    primary_key: Callable[[Relation], Sequence[str]] | None = None,
                    size: int = 10_000) -> Iterator[TextChanges]:
-    """The changes to `table` among `changes`, `size` at a most, as TextChanges over the columns `names`:
+    """The changes to `table` among `changes`, `size` at most, as TextChanges over the columns `names`:
     the same changes, positions and images as change_records gives for it, in the same order. A new
     TextChanges starts where the table's RELATION changes (a column added or dropped mid-batch)."""
     out: TextChanges | None = None
     relation = None
     for begin, rel, place, op, values, before in placed_changes(changes, {table}, contracts, primary_key):
-        if rel is not relation:
+        new_relation = rel is not relation
+        if new_relation:
             relation, types = rel, contracts(rel)
             width, blank = len(rel.columns), (None,) * len(rel.columns)
             where = {c.name: i for i, c in enumerate(rel.columns)}
             layout = [where.get(n) for n in names]
-            if out:
-                yield out
-            out = None
-        if out is None or len(out) >= size:
+        if out is None or new_relation or len(out) >= size:
             if out:
                 yield out
             out = TextChanges(names, [None if i is None else types[i] for i in layout], layout=layout)
