@@ -33,14 +33,14 @@ REPEATS = 3
 def _silver(spark, path: str, rows: int, deletion_vectors: bool) -> None:
     from ingest.lake.commits import Txn
     from ingest.lake.maintenance import compact
-    from ingest.lake.merge import ordered_merge
+    from ingest.lake.merge import Layout, ordered_merge
 
     shutil.rmtree(path, ignore_errors=True)
     rows_df = spark.range(rows).selectExpr("CAST(id AS INT) AS id", "CAST(id AS INT) AS v",
                                            "concat('note-', id) AS note", "CAST(1 AS DECIMAL(38,0)) AS _pos",
                                            "false AS _deleted")
     ordered_merge(spark, path, rows_df, ["id"], {"kind": "silver", "bench": "merge_scaling"}, Txn("bench-silver", 0),
-                  deletion_vectors=deletion_vectors)
+                  layout=Layout(deletion_vectors=deletion_vectors))
     compact(spark, path)
 
 
@@ -49,7 +49,7 @@ def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: boo
     """Seconds of each of REPEATS batches of CHANGES updates: at random keys, or (`recent`) at the newest
     keys not changed yet."""
     from ingest.lake.commits import Txn
-    from ingest.lake.merge import ordered_merge
+    from ingest.lake.merge import Layout, ordered_merge
 
     rng = random.Random(seed)
     times = []
@@ -59,7 +59,7 @@ def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: boo
                                    "id int, v int, note string, _pos decimal(38,0), _deleted boolean")
         started = time.perf_counter()
         ordered_merge(spark, path, df, ["id"], {"kind": "silver", "bench": "merge_scaling"}, Txn("bench-merge", i),
-                      expected_rows=CHANGES, deletion_vectors=deletion_vectors)  # as silver passes a batch
+                      expected_rows=CHANGES, layout=Layout(deletion_vectors=deletion_vectors))  # as silver passes a batch
         times.append(time.perf_counter() - started)
     return times
 

@@ -265,11 +265,21 @@ class TableSelection(_Model):
     default: readers without the feature refuse such a table, delta-rs's `to_pyarrow_table()` among them
     (its SQL and Polars read it; see docs/design.md, "Reading the lake without Spark")."""
 
+    without_change_feed: list[str] = []
+    """Tables (names or glob patterns) whose silver and history do not record Delta's change data feed.
+    The feed is on by default: readers take only what changed (dbt_project's incremental model reads it).
+    Without it a merge that updates rows writes no before and after images: 0.6-0.9 CPU-s less per small
+    batch and table (docs/performance.md). A table listed here after it was made stops at its next batch."""
+
     def keeps_history(self, table: str) -> bool:
         return any(fnmatch.fnmatchcase(table, p) for p in self.history)
 
-    def writes_deletion_vectors(self, table: str) -> bool:
-        return any(fnmatch.fnmatchcase(table, p) for p in self.deletion_vectors)
+    def layout(self, table: str):
+        """How the table's silver and history are written (ingest/lake/merge.py `Layout`)."""
+        from ingest.lake.merge import Layout
+
+        return Layout(change_feed=not any(fnmatch.fnmatchcase(table, p) for p in self.without_change_feed),
+                      deletion_vectors=any(fnmatch.fnmatchcase(table, p) for p in self.deletion_vectors))
 
     def excluded_columns(self, table: str) -> frozenset[str]:
         selection = self.columns.get(table)
@@ -298,7 +308,7 @@ class TableSelection(_Model):
                 raise ValueError(f"{table}: a filter is one predicate, without ';'. Fix: remove the ';'")
         return value
 
-    @field_validator("include", "exclude", "history", "deletion_vectors")
+    @field_validator("include", "exclude", "history", "deletion_vectors", "without_change_feed")
     @classmethod
     def _patterns(cls, value: list[str]) -> list[str]:
         for pattern in value:
@@ -357,8 +367,8 @@ class MySQLSource(_Model):
     def keeps_history(self, table: str) -> bool:
         return self.tables.keeps_history(table)
 
-    def writes_deletion_vectors(self, table: str) -> bool:
-        return self.tables.writes_deletion_vectors(table)
+    def layout(self, table: str):
+        return self.tables.layout(table)
 
     def transforms(self, table: str):
         return self.tables.transforms(table)
@@ -438,6 +448,9 @@ class DynamoDBSource(_Model):
     of an item (see ingest/lake/history.py)."""
     deletion_vectors: list[str] = []
     """Tables whose silver writes Delta deletion vectors (see TableSelection.deletion_vectors)."""
+    without_change_feed: list[str] = []
+    """Tables whose silver and history do not record Delta's change data feed (see
+    TableSelection.without_change_feed)."""
     transform: dict[str, dict[str, Transform]] = {}
     """Attributes hashed, masked, truncated or nulled before anything is written (in their columns and in
     `_item`), by table and attribute: `{carts: {email: {hash: {salt_env: PII_SALT}}}}` (see
@@ -466,8 +479,12 @@ class DynamoDBSource(_Model):
     def keeps_history(self, table: str) -> bool:
         return table in self.history
 
-    def writes_deletion_vectors(self, table: str) -> bool:
-        return table in self.deletion_vectors
+    def layout(self, table: str):
+        """How the table's silver and history are written (ingest/lake/merge.py `Layout`)."""
+        from ingest.lake.merge import Layout
+
+        return Layout(change_feed=table not in self.without_change_feed,
+                      deletion_vectors=table in self.deletion_vectors)
 
     def row_filter(self, table: str) -> dict[str, Any] | None:
         """The table's row filter as written ({expression, names, values}; ingest/sources/dynamodb/conditions.py
@@ -490,7 +507,7 @@ class DynamoDBSource(_Model):
     def _declared(self) -> DynamoDBSource:
         from ingest.sources.dynamodb.types import ITEM_COLUMN, parse_type
 
-        for field in ("history", "deletion_vectors", "transform", "where"):
+        for field in ("history", "deletion_vectors", "without_change_feed", "transform", "where"):
             for table in getattr(self, field):
                 if table not in self.tables:
                     raise ValueError(f"{field}: {table!r} is not one of the source's tables {self.tables}")
@@ -563,8 +580,8 @@ class PostgresSource(_Model):
     def keeps_history(self, table: str) -> bool:
         return False
 
-    def writes_deletion_vectors(self, table: str) -> bool:
-        return self.tables.writes_deletion_vectors(table)
+    def layout(self, table: str):
+        return self.tables.layout(table)
 
     def transforms(self, table: str):
         return self.tables.transforms(table)

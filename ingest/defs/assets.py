@@ -12,6 +12,7 @@ from dagster import (
 
 from ingest.lake.deltalog import last_commit
 from ingest.lake.history import HistoryFromBatch, snapshot_in_history
+from ingest.lake.merge import Layout
 from ingest.lake.silver import SilverFromBatch, snapshot_in_silver
 from ingest.lake.tables import CHANGES, HISTORY, InOrder, LakeTable, asset_part
 
@@ -62,21 +63,21 @@ def history_description(what: str) -> str:
             "converges. See ingest/lake/history.py for queries as of a position.")
 
 
-def history_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str) -> AssetsDefinition:
+def history_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str,
+                  layout: Layout = Layout()) -> AssetsDefinition:
     """A table's SCD2 history as its own partitioned asset (DynamoDB: one asset per layer and table)."""
     return built_from_bronze(name, table, partitions, HISTORY, history_description(what),
-                             lambda changes, snapshot: HistoryFromBatch(name, table, changes, snapshot))
+                             lambda changes, snapshot: HistoryFromBatch(name, table, changes, snapshot, layout))
 
 
 def silver_asset(name: str, table: str, partitions: DynamicPartitionsDefinition, what: str,
-                 deletion_vectors: bool = False) -> AssetsDefinition:
+                 layout: Layout = Layout()) -> AssetsDefinition:
     return built_from_bronze(
         name, table, partitions, None,
         f"Current state of {what}: the latest snapshot, then each change batch merged in order of `_pos` (any batch "
         "order converges). Deletes stay as tombstones (`_deleted`); read live rows with "
         "`ingest.lake.merge.live_rows`.",
-        lambda changes, snapshot: SilverFromBatch(name, table, changes, snapshot,
-                                                  deletion_vectors=deletion_vectors))
+        lambda changes, snapshot: SilverFromBatch(name, table, changes, snapshot, layout=layout))
 
 
 def built_from_bronze(name: str, table: str, partitions: DynamicPartitionsDefinition, layer: str | None,

@@ -28,6 +28,7 @@ from ingest.lake.batchlog import BatchLogWrite
 from ingest.lake.bronze import ChangeBatch
 from ingest.lake.deltalog import last_commit
 from ingest.lake.history import HistoryFromBatch
+from ingest.lake.merge import Layout
 from ingest.lake.silver import SilverFromBatch
 from ingest.lake.tables import CHANGES, HISTORY, SOURCE_BATCH_LOG, InOrder, LakeTable, Unchanged, asset_part
 
@@ -239,7 +240,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
                        table_metadata: Callable[[str], dict], partitions: DynamicPartitionsDefinition,
                        read: Callable[[AssetExecutionContext, str], ChangeBatch], text: BatchAssetText,
                        log_extra: Callable[[ChangeBatch], dict],
-                       deletion_vectors: Callable[[str], bool]) -> AssetsDefinition:
+                       layout: Callable[[str], Layout]) -> AssetsDefinition:
     """One step per change batch, for any source kind: `read` the source once, append bronze and merge
     silver for the tables the batch changed (and only those), then record the batch in the source's
     batch log. A table without changes gets no commit and no step: a batch costs what its changes cost,
@@ -351,7 +352,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
                     yield silver_out[t], table_key(name, t), SilverFromBatch(
                         name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
                         LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))),
-                        batch_required=t in changed, deletion_vectors=deletion_vectors(t))
+                        batch_required=t in changed, layout=layout(t))
                 elif report_unchanged:
                     yield silver_out[t], table_key(name, t), Unchanged(batch)
             for t, out in history_out.items():
@@ -360,7 +361,7 @@ def change_batch_asset(name: str, tables: list[str], keeps_history: Callable[[st
                 if t in changed or needs_snapshot_merge(lake, name, t, HISTORY):
                     yield out, table_key(name, t, HISTORY), HistoryFromBatch(
                         name, t, LakeTable(lake.spark.session, lake.path_for(table_key(name, t, CHANGES)), batch),
-                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))))
+                        LakeTable(lake.spark.session, lake.path_for(table_key(name, t, "snapshot"))), layout(t))
                 elif report_unchanged:
                     yield out, table_key(name, t, HISTORY), Unchanged(batch)
             if reads and "batch_log" in selected:

@@ -201,13 +201,13 @@ def build_dynamodb_defs(name: str, source: DynamoDBSource, lake_root: str
         assets += [
             snapshot_asset(name, source, table),
             changes_asset(name, source, table, partitions[table]),
-            silver_asset(name, table, partitions[table], f"DynamoDB table `{table}`",
-                         source.writes_deletion_vectors(table)),
+            silver_asset(name, table, partitions[table], f"DynamoDB table `{table}`", source.layout(table)),
             batch_log_asset(batch_log_key(name, table), name, table, [table], partitions[table], _table_key,
                             batch_ordinal, name, history=[table] if source.keeps_history(table) else []),
         ]
         if source.keeps_history(table):
-            assets.append(history_asset(name, table, partitions[table], f"DynamoDB table `{table}`"))
+            assets.append(history_asset(name, table, partitions[table], f"DynamoDB table `{table}`",
+                                        source.layout(table)))
         checks.append(contiguity_check(batch_log_key(name, table), StreamCheckpoint.from_metadata,
                                        lambda a, b: None, batch_ordinal))
     checks.append(reconciliation_checks(name, source))

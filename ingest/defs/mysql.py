@@ -204,7 +204,7 @@ def batch_asset(name: str, source: MySQLSource, tables: list[str], config: Sourc
         "partition key is the binlog range [start, end).")
     return change_batch_asset(name, tables, source.keeps_history, lambda t: excluded_metadata(source, t), partitions,
                               read, text, lambda writes: {"server_id": writes.positions["server_id"]},
-                              source.writes_deletion_vectors)
+                              source.layout)
 
 
 def last_server_id(instance, name: str, tables: list[str]) -> int | None:

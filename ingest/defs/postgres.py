@@ -119,7 +119,7 @@ def batch_asset(name: str, source: PostgresSource, tables: list[str],
         "and records the batch in the batch log; the partition key is the commit-LSN range [start, end). The "
         "sensor confirms the slot only up to batches the log holds.")
     return change_batch_asset(name, tables, source.keeps_history, lambda t: {}, partitions, read, text,
-                              lambda writes: {"slot": source.slot_name(name)}, source.writes_deletion_vectors)
+                              lambda writes: {"slot": source.slot_name(name)}, source.layout)
 
 
 def slot_sensor(name: str, source: PostgresSource, tables: list[str], partitions: DynamicPartitionsDefinition,

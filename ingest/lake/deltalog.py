@@ -157,18 +157,34 @@ def head_commit(table_path: str, client: Any = None) -> tuple[int, dict[str, str
     return newest, {}
 
 
-def table_size(table_path: str, client: Any = None) -> tuple[int, int] | None:
-    """(bytes, files) of the table's newest version, from the checksum file Delta writes with each commit
-    (`<version>.crc`): no scan of the log or the table. None when there is no table, or its newest
-    version has no checksum (a writer that does not write one)."""
+def newest_checksum(table_path: str, client: Any = None) -> dict[str, Any] | None:
+    """The checksum file Delta writes with each commit (`<version>.crc`) of the table's newest version:
+    its size, files and metadata without a scan of the log or the table. None when there is no table,
+    or its newest version has no checksum (a writer that does not write one)."""
     store = log_store(table_path, client)
     newest = store.newest_version()
     data = None if newest is None else store.read(f"{newest:020d}.crc")
     try:
         checksum = json.loads(data) if data else None
-        return (int(checksum["tableSizeBytes"]), int(checksum["numFiles"])) if checksum else None
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
         return None
+    return checksum if isinstance(checksum, dict) else None
+
+
+def table_size(table_path: str, client: Any = None) -> tuple[int, int] | None:
+    """(bytes, files) of the table's newest version (see `newest_checksum`), or None."""
+    checksum = newest_checksum(table_path, client)
+    try:
+        return (int(checksum["tableSizeBytes"]), int(checksum["numFiles"])) if checksum else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def table_properties(table_path: str, client: Any = None) -> dict[str, str] | None:
+    """The newest version's table properties (see `newest_checksum`), or None when it has no checksum."""
+    checksum = newest_checksum(table_path, client)
+    configuration = ((checksum or {}).get("metadata") or {}).get("configuration")
+    return {str(k): str(v) for k, v in configuration.items()} if isinstance(configuration, dict) else None
 
 
 def is_delta_table(table_path: str, client: Any = None) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ingest.lake.commits import Txn
 from ingest.lake.deltalog import is_delta_table, last_commit, table_version
+from ingest.lake.merge import Layout
 from ingest.lake.merge import DELETED, POS, delta_path, temp_view
 from ingest.lake.tables import LakeTable
 from ingest.lake.tables import spark_ident as _col
@@ -143,18 +144,21 @@ def truncates_in(bronze) -> list[Truncate]:
 
 
 def merge_history(spark, path: str, versions, keys: Sequence[str], truncates: Sequence[Truncate],
-                  metadata: dict[str, Any], txn: Txn, new_truncates: Sequence[Truncate] = ()) -> bool:
+                  metadata: dict[str, Any], txn: Txn, new_truncates: Sequence[Truncate] = (),
+                  layout: Layout = Layout()) -> bool:
     """Insert `versions` (data columns, `_valid_from`, `_valid_from_ts`, `_deleted`) into the history at
-    `path` and recompute the intervals of the keys they touch. True when it committed."""
+    `path` and recompute the intervals of the keys they touch. True when it committed. `layout`: the
+    table's (see `Layout.history`)."""
     from ingest.lake.columns import lake_name
-    from ingest.lake.merge import change_feed_for
+    from ingest.lake.merge import apply_layout
     from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
 
     versions, keys = lake_columns(versions), [lake_name(k) for k in keys]
     if not is_delta_table(path):
         outcome = append(with_intervals(versions.dropDuplicates([*keys, FROM]), keys, truncates), path, metadata, txn,
-                         properties=change_feed_for(versions.columns))
+                         properties=layout.history().wanted(versions.columns))
         return outcome.committed
+    apply_layout(spark, path, layout.history(), versions.columns)
     widen_for(spark, versions, path)
     history = spark.read.format("delta").load(path)
     touched = history.join(versions.select(*keys).distinct(), on=list(keys), how="left_semi")
@@ -187,6 +191,7 @@ class HistoryFromBatch:
     table: str
     bronze: LakeTable
     snapshot: LakeTable
+    layout: Layout = Layout()
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -220,7 +225,8 @@ class HistoryFromBatch:
         meta = {"kind": "history", "source": self.source, "table": self.table, "batch": batch,
                 "snapshot_id": snapshot_id}
         txn = Txn(f"history:{self.source}.{self.table}:{batch}:{snapshot_id}", 0)
-        committed = merge_history(spark, path, versions, keys, truncates, meta, txn, batch_truncates if exists else ())
+        committed = merge_history(spark, path, versions, keys, truncates, meta, txn, batch_truncates if exists else (),
+                                  self.layout)
         if not committed:
             # nothing changed (or this txn is in already): an empty commit under the same txn still says the
             # batch is in, which the batch log checks; a repeat of the txn adds nothing

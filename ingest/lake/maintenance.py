@@ -66,7 +66,7 @@ class Retention:
 def maintain(spark, path: str, retention: Retention, log: Callable[[str], None]) -> dict[str, Any]:
     """Retention properties, OPTIMIZE and VACUUM on the Delta table at `path`; what each did."""
     from ingest.lake.deltalog import is_delta_table
-    from ingest.lake.merge import change_feed_for, delta_path
+    from ingest.lake.merge import CHANGE_DATA_FEED, Layout, delta_path
     from ingest.lake.tables import HISTORY, SILVER
     from ingest.lake.write import retry_conflicts, session_conf
 
@@ -79,8 +79,9 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
 
     have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
     want = retention.properties()
-    if path.rstrip("/").rsplit("/", 1)[-1] in (SILVER, HISTORY):  # tables made before silver recorded it
-        want |= change_feed_for(spark.read.format("delta").load(path).columns)
+    # tables made before silver recorded the feed; one opted out of it says false (see Layout)
+    if path.rstrip("/").rsplit("/", 1)[-1] in (SILVER, HISTORY) and CHANGE_DATA_FEED not in have:
+        want |= Layout().wanted(spark.read.format("delta").load(path).columns)
     changed = {k: v for k, v in want.items() if have.get(k) != v}
     if changed:
         settings = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())

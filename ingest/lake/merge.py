@@ -28,17 +28,37 @@ NARROW_MAX_KEYS = 10_000
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
 DELETION_VECTORS = "delta.enableDeletionVectors"
-CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
-"""Silver and history record Delta's change data feed (readers: Spark's `table_changes`, delta-rs's
-`load_cdf`), so that what reads them can take only what changed since it last did (dbt_project's
-incremental model). A writer-only table feature: every Delta reader still opens the tables."""
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 
 
-def change_feed_for(columns: Sequence[str]) -> dict[str, str]:
-    """CHANGE_FEED for a table of these columns, or nothing when a name holds a backtick: Delta 4.4's
-    MERGE builds the feed's rows by parsing `packedCdc.<name>` unquoted and fails on such a name
-    (INVALID_ATTRIBUTE_NAME_SYNTAX), so that table lands without a feed."""
-    return {} if any("`" in c for c in columns) else CHANGE_FEED
+@dataclass(frozen=True)
+class Layout:
+    """How silver and history of a table are written: the table's opt-ins in the sources file.
+
+    `change_feed`: the tables record Delta's change data feed (readers: Spark's `table_changes`,
+    delta-rs's `load_cdf`), so that what reads them can take only what changed since it last did
+    (dbt_project's incremental model). A writer-only table feature: every Delta reader still opens the
+    tables. It costs a merge that updates rows the before and after images in `_change_data` files
+    (0.6-0.9 CPU-s of a small merge's 1.7-2.8, docs/performance.md); a table listed under
+    `without_change_feed` does not pay it.
+    `deletion_vectors`: silver writes deletion vectors (see `ordered_merge`)."""
+
+    change_feed: bool = True
+    deletion_vectors: bool = False
+
+    def wanted(self, columns: Sequence[str]) -> dict[str, str]:
+        """The table properties this layout sets on a table of these columns (pure). The feed stays
+        unset when a name holds a backtick: Delta 4.4's MERGE builds the feed's rows by parsing
+        `packedCdc.<name>` unquoted and fails on such a name (INVALID_ATTRIBUTE_NAME_SYNTAX). False
+        deletion vectors leave a table as it is."""
+        feed = {} if any("`" in c for c in columns) else {CHANGE_DATA_FEED: str(self.change_feed).lower()}
+        return {**feed, **({DELETION_VECTORS: "true"} if self.deletion_vectors else {})}
+
+    def history(self) -> Layout:
+        """History's layout: the same feed, never deletion vectors (history is written by its own merge)."""
+        return Layout(change_feed=self.change_feed)
+
+
 # Every ordered merge's commit names the columns it merges by (lake names, in key order): the maintenance
 # job re-clusters silver by them (lake/maintenance.py `recluster`) without asking the source.
 MERGE_KEYS = "merge_keys"
@@ -118,17 +138,21 @@ def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | Non
     return " AND ".join(conditions) or None
 
 
-def has_deletion_vectors(spark, path: str) -> bool:
-    """Whether the table writes deletion vectors (a per-table opt-in: not every Delta reader applies them)."""
-    rows = spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)} ('{DELETION_VECTORS}')").collect()
-    return bool(rows) and str(rows[0]["value"]).lower() == "true"
+def apply_layout(spark, path: str, layout: Layout, columns: Sequence[str]) -> None:
+    """Set the layout's properties on an existing table whose properties differ (a table opted in or out
+    after it was made). Read from the newest commit's checksum file, so a table already laid out costs
+    no query; a log without one asks the server."""
+    from ingest.lake.deltalog import table_properties
 
-
-def enable_deletion_vectors(spark, path: str) -> None:
-    """Turn deletion vectors on for an existing table that lacks them (a table opted in after it was made)."""
-    if not has_deletion_vectors(spark, path):
-        retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES "
-                                          f"('{DELETION_VECTORS}' = 'true')").collect(), f"{path}: deletion vectors")
+    want = layout.wanted(columns)
+    have = table_properties(path)
+    if have is None:
+        have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)}").collect()}
+    changed = {k: v for k, v in want.items() if str(have.get(k, "")).lower() != v}
+    if changed:
+        settings = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
+        retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({settings})").collect(),
+                        f"{path}: table properties")
 
 
 def latest_per_key(df, keys: Sequence[str]):
@@ -142,13 +166,12 @@ def latest_per_key(df, keys: Sequence[str]):
 
 def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict[str, Any], txn: Txn,
                   tombstone_before: int | None = None, expected_rows: int | None = None,
-                  deletion_vectors: bool = False, file_rows: int = SILVER_FILE_ROWS) -> WriteOutcome:
+                  layout: Layout = Layout(), file_rows: int = SILVER_FILE_ROWS) -> WriteOutcome:
     """Merge `changes` (data columns, `_pos`, `_deleted`) into the Delta table at `path`.
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
-    `deletion_vectors`: the table (made or found) writes them (the table's opt-in;
-    False leaves a table as it is). `expected_rows`: how many rows `changes`
+    `layout`: the table (made or found) is laid out so (see `Layout`). `expected_rows`: how many rows `changes`
     holds, when known; a batch of at most NARROW_MAX_KEYS into a table with
     deletion vectors names its keys in the merge's condition (see `narrowing`):
     without that, the merge joins every row of the table against the batch a
@@ -172,17 +195,13 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     metadata = {**metadata, MERGE_KEYS: keys}
     if not is_delta_table(path):
         rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
-        return append(rows, path, metadata, txn,
-                      properties={**change_feed_for(rows.columns),
-                                  **({DELETION_VECTORS: "true"} if deletion_vectors else {})},
-                      max_rows_per_file=file_rows)
-    if deletion_vectors:
-        enable_deletion_vectors(spark, path)
+        return append(rows, path, metadata, txn, properties=layout.wanted(rows.columns), max_rows_per_file=file_rows)
+    apply_layout(spark, path, layout, changes.columns)
     widen_for(spark, changes, path)
     before = table_version(path)
     narrow = None
     if (tombstone_before is None and expected_rows is not None and expected_rows <= NARROW_MAX_KEYS
-            and deletion_vectors):
+            and layout.deletion_vectors):
         found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
         narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)

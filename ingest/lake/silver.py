@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from ingest.lake.bronze import BatchSummary
 from ingest.lake.commits import SilverCommit, Txn
 from ingest.lake.deltalog import is_delta_table, last_commit, newest_commit, table_version
-from ingest.lake.merge import DELETED, POS, ordered_merge, row_counts
+from ingest.lake.merge import DELETED, POS, Layout, ordered_merge, row_counts
 from ingest.lake.tables import LakeTable
 from ingest.lake.write import WriteOutcome, session_txn
 
@@ -37,7 +37,7 @@ class SilverFromSnapshot:
     table: str
     snapshot: LakeTable
     keys: Sequence[str] | None = None
-    deletion_vectors: bool = False
+    layout: Layout = Layout()
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -54,7 +54,7 @@ class SilverFromSnapshot:
         changes = self.snapshot.df().withColumn(DELETED, F.lit(False))
         record = SilverCommit(self.source, self.table, meta["snapshot_id"], log_start=meta["log_start"])
         outcome = ordered_merge(spark, path, changes, keys, metadata=record.metadata(), txn=record.txn,
-                                tombstone_before=int(meta["log_start_pos"]), deletion_vectors=self.deletion_vectors)
+                                tombstone_before=int(meta["log_start_pos"]), layout=self.layout)
         log(f"silver {self.source}/{self.table}: merged snapshot {meta['snapshot_id']}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
         # no row counts here: the batch merge that brought the snapshot in counts once, after its catch-up
@@ -156,15 +156,15 @@ class BronzeMerge(NamedTuple):
 
 
 def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any], app_id: str,
-                 summary: BatchSummary | None = None, deletion_vectors: bool = False) -> BronzeMerge:
+                 summary: BatchSummary | None = None, layout: Layout = Layout()) -> BronzeMerge:
     """Merge bronze change rows into silver, TRUNCATEs included, safe in any order.
 
     A TRUNCATE in `changes`, or one silver applied before, turns every older
     change into a tombstone, and every older row silver holds too; the newest
     one is remembered in the commit metadata (`truncated_before`) so that older
     changes arriving later stay dead. `summary`: what bronze's commit recorded of
-    these changes, else one Spark job over them finds it. `deletion_vectors`: see
-    `ordered_merge`.
+    these changes, else one Spark job over them finds it. `layout`: the table's
+    (see `Layout`).
     """
     from pyspark.sql import functions as F
 
@@ -188,7 +188,7 @@ def merge_bronze(spark, path: str, changes, keys: list[str], meta: dict[str, Any
         rows = keep_unchanged(spark, path, rows, keys)
     if set(keys) <= set(rows.columns) and summary.changes:
         outcome = ordered_merge(spark, path, rows, keys, meta, Txn(app_id, 0), expected_rows=summary.changes,
-                                deletion_vectors=deletion_vectors)
+                                layout=layout)
     else:  # no change to this table here (bronze may not even have its columns yet)
         outcome = WriteOutcome(table_version(path), False)
     if truncates:
@@ -212,8 +212,8 @@ class SilverFromBatch:
     snapshot: LakeTable
     batch_required: bool = True
     """False: the batch did not change this table; only bring its newest snapshot in (and catch up)."""
-    deletion_vectors: bool = False
-    """Silver writes Delta deletion vectors (the table's opt-in, `tables.deletion_vectors`)."""
+    layout: Layout = Layout()
+    """The table's opt-ins: deletion vectors, the change data feed (see `Layout`)."""
 
     def apply(self, spark: Any, path: str, log: Callable[[str], None]) -> dict[str, Any]:
         from pyspark.sql import functions as F
@@ -234,7 +234,7 @@ class SilverFromBatch:
         merged_snapshot = not snapshot_in_silver(path, snapshot_id)
         if merged_snapshot:
             SilverFromSnapshot(self.source, self.table, self.snapshot,
-                               deletion_vectors=self.deletion_vectors).apply(spark, path, log)
+                               layout=self.layout).apply(spark, path, log)
             self._catch_up(spark, path, snap.metadata, keys, batch, log)
 
         def counts() -> dict[str, int]:
@@ -254,7 +254,7 @@ class SilverFromBatch:
         # None: merge_bronze counts the batch's rows itself (an older commit, or one without metrics)
         summary = BatchSummary.from_metadata(stored).counted(bronze_batch.metrics) if stored else None
         merged = merge_bronze(spark, path, self.bronze.df().where(F.col("_batch") == batch), keys,
-                                                record.metadata(), record.txn.app_id, summary, self.deletion_vectors)
+                                                record.metadata(), record.txn.app_id, summary, self.layout)
         outcome = merged.outcome
         log(f"silver {self.source}/{self.table}: merged batch {batch}"
             + ("" if outcome.committed else " (already merged: nothing to do)"))
@@ -277,7 +277,7 @@ class SilverFromBatch:
         if self.bronze.exists():
             since = self.bronze.df().where((F.col(POS) >= pos_literal(snap["log_start_pos"]))
                                            & (F.col("_batch") != batch))
-            merged = merge_bronze(spark, path, since, keys, meta, app_id, deletion_vectors=self.deletion_vectors)
+            merged = merge_bronze(spark, path, since, keys, meta, app_id, layout=self.layout)
         if merged is None or not merged.changes:
             append(spark.read.format("delta").load(path).limit(0), path, meta, Txn(app_id, 0))
         log(f"silver {self.source}/{self.table}: caught up on bronze since {snap['log_start']}")

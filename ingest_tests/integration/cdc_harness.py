@@ -24,16 +24,16 @@ HARNESS_CDC = {"watch_seconds": 0}
 def write_sources(tmp_path: Path, port: int, database: str, tables: list[str], name: str = "src",
                   password_env: str = "INGEST_TEST_MYSQL_PASSWORD", columns: dict | None = None,
                   history: list[str] | None = None, deletion_vectors: list[str] | None = None,
-                  where: dict[str, str] | None = None, **extra) -> Path:
+                  where: dict[str, str] | None = None, table_settings: dict | None = None, **extra) -> Path:
     """A MySQL source over `tables`; its sensor looks once per tick unless `cdc` sets `watch_seconds`
-    (a test that runs the daemon leaves the default)."""
+    (a test that runs the daemon leaves the default). `table_settings`: more keys of `tables`."""
     path = tmp_path / "sources.yaml"
     path.write_text(yaml.safe_dump({"sources": {name: {
         "host": "127.0.0.1", "port": port, "user": "ingest", "password_env": password_env,
         "database": database, "tables": {"include": tables, **({"columns": columns} if columns else {}),
                                          **({"history": history} if history else {}),
                                          **({"deletion_vectors": deletion_vectors} if deletion_vectors else {}),
-                                         **({"where": where} if where else {})},
+                                         **({"where": where} if where else {}), **(table_settings or {})},
         "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4},
         **extra, "cdc": {**HARNESS_CDC, **extra.get("cdc", {})}}}}))
     return path

@@ -48,10 +48,14 @@ def test_a_batch_with_changes_in_one_table_names_and_commits_only_that_table(spa
         assert h.live("busy", ["id", "v"]) == sorted(cur.fetchall())
 
 
-def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(spark, root, mariadb, database,
-                                                                              tmp_path):
+def test_a_table_opted_into_deletion_vectors_and_out_of_the_change_feed_merges_a_small_batch_by_its_keys(
+        spark, root, mariadb, database, tmp_path):
+    from pathlib import Path
+
     import deltalake
 
+    from ingest.lake.deltalog import table_properties
+    from ingest.lake.merge import CHANGE_DATA_FEED
     from ingest_tests.merges import last_commit, names_keys
     from ingest_tests.open_readers import assert_deletion_vector_readers_open
 
@@ -60,7 +64,8 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
             cur.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
             cur.execute(f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_200")
     h = CdcHarness(spark, write_sources(tmp_path, mariadb.port, database, ["plain", "marked"],
-                                        deletion_vectors=["marked"]), tmp_path / "lake", DagsterInstance.ephemeral())
+                                        deletion_vectors=["marked"], table_settings={"without_change_feed": ["mark*"]}),
+                   tmp_path / "lake", DagsterInstance.ephemeral())
     h.snapshot()
     assert h.sync()
     with root.cursor() as cur:
@@ -86,6 +91,11 @@ def test_a_table_opted_into_deletion_vectors_merges_a_small_batch_by_its_keys(sp
     # tombstone (id 7) and updates are the merge's, not the rows its vectors mark
     marked_path = table_location(str(h.lake), "src", "marked", "silver")
     assert assert_deletion_vector_readers_open(spark, marked_path, ["id"]) == 201
+    # the batch's updates wrote before and after images for the table with the feed, none for the other
+    feeds = {t: (table_properties(table_location(str(h.lake), "src", t, "silver"))[CHANGE_DATA_FEED],
+                 any(Path(table_location(str(h.lake), "src", t, "silver"), "_change_data").glob("*.parquet")))
+             for t in ("plain", "marked")}
+    assert feeds == {"plain": ("true", True), "marked": ("false", False)}
 
 
 def three_tables(spark, root, mariadb, database, tmp_path, **extra) -> CdcHarness:

@@ -5,7 +5,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest.lake.commits import Txn
-from ingest.lake.merge import live_rows, ordered_merge
+from ingest.lake.merge import CHANGE_DATA_FEED, Layout, live_rows, ordered_merge
 from ingest_tests.merges import file_layout, last_commit, names_keys
 
 SCHEMA = "id int, v string, _pos decimal(38,0), _deleted boolean"
@@ -83,7 +83,7 @@ def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and
         # made without them: the opt-in turns them on at the next merge
         ordered_merge(spark, path, spark.createDataFrame(base, schema), ["id", "name"], {"kind": "silver"}, Txn("n", 0))
         ordered_merge(spark, path, spark.createDataFrame(batch, schema), ["id", "name"], {"kind": "silver"},
-                      Txn("n", 1), expected_rows=len(batch), deletion_vectors=deletion_vectors)
+                      Txn("n", 1), expected_rows=len(batch), layout=Layout(deletion_vectors=deletion_vectors))
         rows = spark.read.format("delta").load(path).collect()
         assert len(rows) == len(want), "a key the narrowed condition missed would be inserted twice"
         assert {(r["id"], r["name"]): r["v"] for r in rows} == want
@@ -136,3 +136,46 @@ def test_silver_records_a_change_feed_spark_and_delta_rs_read(spark, tmp_path):
 
     changes = pa.table(DeltaTable(path).load_cdf(starting_version=1).read_all()).to_pylist()
     assert sorted((r["id"], r["v"], r["_deleted"], r["_change_type"]) for r in changes) == expected
+
+
+def test_a_table_opted_out_of_the_change_feed_writes_none_and_an_opt_in_or_out_applies_at_the_next_merge(spark, tmp_path):
+    """`without_change_feed` (Layout.change_feed False): the table is made with the feed off and a merge that
+    updates rows writes no `_change_data` files; a table made with the feed turns it off at its next merge,
+    and back on when the opt-out is removed, and the merge's rows are the same either way."""
+    from ingest.lake.deltalog import table_properties
+    from ingest.lake.history import merge_history
+
+    def change_files(path: str) -> list:
+        return sorted((tmp_path / path / "_change_data").glob("*.parquet")) if (tmp_path / path / "_change_data").exists() else []
+
+    off, on = Layout(change_feed=False), Layout()
+    base = spark.createDataFrame([(i, "a", Decimal(1), False) for i in range(20)], SCHEMA)
+    ordered_merge(spark, str(tmp_path / "off"), base, ["id"], {"kind": "silver"}, Txn("off", 0), layout=off)
+    assert table_properties(str(tmp_path / "off"))[CHANGE_DATA_FEED] == "false"
+    update = spark.createDataFrame([(i, "b", Decimal(2), False) for i in range(5)], SCHEMA)
+    ordered_merge(spark, str(tmp_path / "off"), update, ["id"], {"kind": "silver"}, Txn("off", 1), layout=off)
+    assert change_files("off") == []
+    assert {r["id"]: r["v"] for r in spark.read.format("delta").load(str(tmp_path / "off")).collect()} == \
+        {i: "b" if i < 5 else "a" for i in range(20)}
+
+    later = str(tmp_path / "later")  # made with the feed, opted out afterwards, then in again
+    ordered_merge(spark, later, base, ["id"], {"kind": "silver"}, Txn("later", 0), layout=on)
+    ordered_merge(spark, later, update, ["id"], {"kind": "silver"}, Txn("later", 1), layout=off)
+    assert table_properties(later)[CHANGE_DATA_FEED] == "false" and change_files("later") == []
+    again = spark.createDataFrame([(i, "c", Decimal(3), False) for i in range(3)], SCHEMA)
+    ordered_merge(spark, later, again, ["id"], {"kind": "silver"}, Txn("later", 2), layout=on)
+    assert table_properties(later)[CHANGE_DATA_FEED] == "true" and change_files("later")
+    from ingest.lake.deltalog import table_version
+
+    version = table_version(later)
+    assert sorted((r["id"], r["_change_type"]) for r in spark.sql(
+        f"SELECT * FROM table_changes_by_path('{later}', {version})").collect()) == \
+        sorted([(i, t) for i in range(3) for t in ("update_preimage", "update_postimage")])
+
+    # history follows the same opt-out
+    versions = "id int, v string, _valid_from decimal(38,0), _valid_from_ts timestamp, _deleted boolean"
+    history = str(tmp_path / "history")
+    for n, layout in enumerate((off, off)):
+        merge_history(spark, history, spark.createDataFrame([(1, f"v{n}", Decimal(n + 1), None, False)], versions),
+                      ["id"], [], {"kind": "history"}, Txn("h", n), layout=layout)
+    assert table_properties(history)[CHANGE_DATA_FEED] == "false" and change_files("history") == []

@@ -29,17 +29,43 @@ def test_good_config_loads(tmp_path):
     assert not shop.tables.is_static()
 
 
-def test_deletion_vectors_are_a_per_table_opt_in(tmp_path):
+def opted(tmp_path, key: str, mysql: list[str], dynamodb: list[str]):
+    """A MySQL source `shop` and a DynamoDB source `events` with the per-table list `key`; the file's data
+    and the two sources."""
     data = yaml.safe_load(yaml.safe_dump(GOOD))
-    data["sources"]["shop"]["tables"]["deletion_vectors"] = ["order_*"]
+    data["sources"]["shop"]["tables"][key] = mysql
     data["sources"].update(yaml.safe_load(yaml.safe_dump(DYNAMO))["sources"])
-    data["sources"]["events"]["deletion_vectors"] = ["users"]
+    data["sources"]["events"][key] = dynamodb
     cfg = load_config(write(tmp_path, data))
-    shop, events = cfg.sources["shop"], cfg.sources["events"]
-    assert [t for t in ("orders", "order_lines") if shop.writes_deletion_vectors(t)] == ["order_lines"]
-    assert events.writes_deletion_vectors("users") and not events.writes_deletion_vectors("orders")
+    return data, cfg.sources["shop"], cfg.sources["events"]
+
+
+def test_deletion_vectors_are_a_per_table_opt_in(tmp_path):
+    data, shop, events = opted(tmp_path, "deletion_vectors", ["order_*"], ["users"])
+    assert [t for t in ("orders", "order_lines") if shop.layout(t).deletion_vectors] == ["order_lines"]
+    assert events.layout("users").deletion_vectors and not events.layout("orders").deletion_vectors
     data["sources"]["shop"]["tables"]["deletion_vectors"] = ["a; drop"]
     with pytest.raises(ConfigError, match="sources.shop.tables.deletion_vectors"):
+        load_config(write(tmp_path, data))
+
+
+def test_the_change_data_feed_is_on_unless_a_table_opts_out(tmp_path):
+    from ingest.lake.merge import CHANGE_DATA_FEED, DELETION_VECTORS
+
+    data, shop, events = opted(tmp_path, "without_change_feed", ["order_l*"], ["users"])
+    assert [t for t in ("orders", "order_lines") if not shop.layout(t).change_feed] == ["order_lines"]
+    assert not events.layout("users").change_feed and events.layout("orders").change_feed
+    # the properties a table is made with, and set on one opted in or out later
+    assert shop.layout("orders").wanted(["id", "v"]) == {CHANGE_DATA_FEED: "true"}
+    assert shop.layout("order_lines").wanted(["id", "v"]) == {CHANGE_DATA_FEED: "false"}
+    # Delta 4.4's MERGE cannot build the feed of a column named with a backtick: such a table has none
+    assert shop.layout("orders").wanted(["id", "a`b"]) == {}
+    data["sources"]["shop"]["tables"]["deletion_vectors"] = ["order_lines"]
+    both = load_config(write(tmp_path, data)).sources["shop"].layout("order_lines")
+    assert both.wanted(["id"]) == {CHANGE_DATA_FEED: "false", DELETION_VECTORS: "true"}
+    assert both.history().wanted(["id"]) == {CHANGE_DATA_FEED: "false"}  # history never takes deletion vectors
+    data["sources"]["events"]["without_change_feed"] = ["nosuch"]
+    with pytest.raises(ConfigError, match="without_change_feed: 'nosuch' is not one of the source's tables"):
         load_config(write(tmp_path, data))
 
 
