@@ -13,6 +13,10 @@ the old rows in a vector and writes only the changed rows, and the batch's keys 
 the rest of the table out of its second join. The third line (no target) is copy-on-write again with
 batches at the newest keys, as recent rows change in most databases: they fall in one or two of
 silver's files.
+
+`merge_vs_copy_<N>` puts the copy-on-write merge into `big` rows against its floor, measured on the same
+table right after: rewriting every file of the table with no merge (read it all, overwrite it), which a
+batch at random keys cannot beat, since it touches every file.
 """
 
 from __future__ import annotations
@@ -64,6 +68,17 @@ def _merge_seconds(spark, path: str, rows: int, seed: int, deletion_vectors: boo
     return times
 
 
+def _copy_seconds(spark, path: str) -> list[float]:
+    """Seconds of each of REPEATS rewrites of the whole table with no merge: every row read and written
+    again, one overwrite commit."""
+    times = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        spark.read.format("delta").load(path).write.format("delta").mode("overwrite").save(path)
+        times.append(time.perf_counter() - started)
+    return times
+
+
 def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
     from ingest.lake.merge import SILVER_FILE_ROWS
 
@@ -95,4 +110,10 @@ def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
                               details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
                                        "deletion_vectors": dv, "keys": "newest" if recent else "random",
                                        "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS}))
+        if label == "merge_scaling":  # its floor, on the big table the merges just rewrote
+            copies = _copy_seconds(spark, str(work / f"merge-{big}-cow"))
+            log(f"merge_vs_copy: rewriting the {big:,} rows with no merge: {', '.join(f'{t:.2f}' for t in copies)} s")
+            results.append(Result(f"merge_vs_copy_{size}", seconds[big], "rewrite_same_files_no_merge",
+                                  statistics.median(copies), "s", higher_is_better=False, target=1.5,
+                                  details={"changes": CHANGES, "repeats": REPEATS, "rows": big, "keys": "random"}))
     return results

@@ -313,12 +313,13 @@ def run_spark() -> int:
 def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
     from ingest.lake.connect import SparkUnavailable
+    from ingest.lake.deltalog import LakeUnavailable
     from ingest.webserver import WebserverError
 
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, ConfigError, WebserverError, SparkUnavailable) as exc:
+    except (UsageError, ConfigError, WebserverError, SparkUnavailable, LakeUnavailable) as exc:
         print(f"ingest {args.command}: {exc}", file=sys.stderr)
         return 2
 

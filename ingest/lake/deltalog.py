@@ -67,6 +67,43 @@ class LocalLogStore:
         return version if os.path.exists(os.path.join(self.folder, version_file(version))) else None
 
 
+class LakeUnavailable(RuntimeError):
+    """The lake's storage refused or did not answer: nothing was read or written."""
+
+
+# S3 error codes that mean the lake's credentials may not do this, not that an object is missing
+REFUSED_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                           "InvalidToken", "AllAccessDisabled", "AccountProblem", "403"})
+
+
+def s3_refusal(exc: BaseException, bucket: str, key: str, endpoint: str | None) -> LakeUnavailable | None:
+    """The error a user can act on for botocore's `exc` on `s3://bucket/key`, naming the part and the
+    fix, or None when `exc` is not one of storage refusing or not answering (pure)."""
+    from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, NoCredentialsError
+
+    where = f"the lake's S3 endpoint {endpoint or '(AWS default)'}"
+    if isinstance(exc, BotoConnectionError):
+        return LakeUnavailable(
+            f"{where} does not answer ({type(exc).__name__}) reading s3://{bucket}/{key}. Nothing was written. Fix: "
+            "start the S3 server, or correct INGEST_S3_ENDPOINT_URL; the run can then be retried and goes on from "
+            "the lake's last commit")
+    if isinstance(exc, NoCredentialsError):
+        return LakeUnavailable(
+            f"{where}: no AWS credentials to read s3://{bucket}/{key}. Nothing was written. Fix: set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile or instance role) for the lake")
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code == "NoSuchBucket":
+            return LakeUnavailable(
+                f"{where} has no bucket {bucket!r} (the lake root names it). Nothing was written. Fix: create the "
+                "bucket, or correct INGEST_LAKE_ROOT")
+        if code in REFUSED_CODES:
+            return LakeUnavailable(
+                f"{where} refused to read s3://{bucket}/{key} ({code}). Nothing was written. Fix: give the lake's "
+                f"credentials read, write, list and delete on bucket {bucket!r}, or correct them")
+    return None
+
+
 @dataclass(frozen=True)
 class S3LogStore:
     bucket: str
@@ -79,19 +116,32 @@ class S3LogStore:
             return self.client.get_object(Bucket=self.bucket, Key=self.prefix + name)["Body"].read()
         except self.client.exceptions.NoSuchKey:
             return None
+        except Exception as exc:
+            self._refused(exc, self.prefix + name)
+            raise
 
     def newest_version(self) -> int | None:
         start = _checkpoint_version(self.read("_last_checkpoint"))
         # listed from the last checkpoint on: the folder holds a file per commit for the log retention
         after = {"StartAfter": self.prefix + f"{start:020d}"} if start is not None else {}
         newest = None
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self.prefix, **after):
-            for item in page.get("Contents", []):
-                name = item["Key"][len(self.prefix):]
-                if name.endswith(".json") and name[:20].isdigit():
-                    newest = max(newest or 0, int(name[:20]))
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=self.prefix, **after):
+                for item in page.get("Contents", []):
+                    name = item["Key"][len(self.prefix):]
+                    if name.endswith(".json") and name[:20].isdigit():
+                        newest = max(newest or 0, int(name[:20]))
+        except Exception as exc:
+            self._refused(exc, self.prefix)
+            raise
         return newest if newest is not None else start
+
+    def _refused(self, exc: BaseException, key: str) -> None:
+        """Raise the refusal `exc` is, if it is one: a complete statement of it, without botocore's chain."""
+        refusal = s3_refusal(exc, self.bucket, key, self.client.meta.endpoint_url)
+        if refusal is not None:
+            raise refusal from None
 
 
 def _checkpoint_version(data: bytes | None) -> int | None:

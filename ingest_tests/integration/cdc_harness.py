@@ -78,8 +78,9 @@ class CdcHarness:
     def failure(self, result) -> str:
         return root_failure(result)
 
-    def snapshot(self, tables: list[str] | None = None):
-        return self.run([AssetKey([self.name, t, "snapshot"]) for t in tables or self.tables])
+    def snapshot(self, tables: list[str] | None = None, expect_success: bool = True):
+        return self.run([AssetKey([self.name, t, "snapshot"]) for t in tables or self.tables],
+                        expect_success=expect_success)
 
     def tick(self):
         with build_sensor_context(instance=self.instance) as context:

@@ -13,8 +13,19 @@ from ingest.lake.locks import LockTimeout, ensure_table, table_lock
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 
 
-def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb, database, root, tmp_path):
+def s3_harness(spark, mariadb, database: str, tmp_path, table: str, bucket: str) -> CdcHarness:
+    """A harness over a MySQL source of `table` whose lake is `s3://<bucket>/lake`, with the resources the
+    project's definitions build for such a lake (S3A settings, write locks)."""
     from ingest.defs.definitions import build_definitions
+
+    sources = write_sources(tmp_path, mariadb.port, database, [table])
+    harness = CdcHarness(spark, sources, tmp_path / "unused", DagsterInstance.ephemeral())
+    defs = build_definitions(sources, lake_root=f"s3://{bucket}/lake")
+    harness.resources = {k: v for k, v in defs.resources.items() if k in ("spark", "lake")}
+    return harness
+
+
+def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb, database, root, tmp_path):
     from ingest.lake.merge import live_rows
 
     bucket = f"lake-{database.replace('_', '-')}"[:60]
@@ -23,10 +34,7 @@ def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb
     with root.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, v VARCHAR(20))")
         cur.execute("INSERT INTO items SELECT seq, CONCAT('v', seq) FROM seq_1_to_500")
-    sources = write_sources(tmp_path, mariadb.port, database, ["items"])
-    harness = CdcHarness(spark, sources, tmp_path / "unused", DagsterInstance.ephemeral())
-    defs = build_definitions(sources, lake_root=f"s3://{bucket}/lake")
-    harness.resources = {k: v for k, v in defs.resources.items() if k in ("spark", "lake")}
+    harness = s3_harness(spark, mariadb, database, tmp_path, "items", bucket)
     assert harness.resources["lake"].lake_root == f"s3a://{bucket}/lake"
 
     harness.snapshot()
@@ -84,3 +92,36 @@ def test_the_write_lock_admits_one_holder_at_a_time_and_outlives_a_crashed_one(a
         assert time.monotonic() - started >= 1.0
         item = dynamodb.get_item(TableName="test_locks", Key={"lock_key": {"S": "dead"}})["Item"]
         assert item["holder"]["S"] == owner
+
+
+@pytest.mark.parametrize("refusal", ["endpoint_down", "no_bucket"])
+def test_a_lake_on_s3_that_refuses_fails_the_snapshot_naming_the_endpoint_and_the_fix(
+        refusal, aws, spark, mariadb, database, root, tmp_path, monkeypatch, capsys):
+    """The lake's S3 endpoint does not answer, or has no such bucket: the run fails with an error that
+    names the endpoint (or bucket) and the fix, writes nothing, and leaves no write lock behind; `ingest
+    status` says the same."""
+    from ingest.cli import main
+    from ingest_tests.conftest import free_port
+
+    bucket = f"nolake-{database.replace('_', '-')}"[:60]
+    if refusal == "endpoint_down":
+        endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", endpoint)
+        expected = [f"the lake's S3 endpoint {endpoint} does not answer", "Fix: start the S3 server"]
+    else:
+        expected = [f"has no bucket {bucket!r}", "Fix: create the bucket, or correct INGEST_LAKE_ROOT"]
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE gone (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO gone VALUES (1), (2)")
+    harness = s3_harness(spark, mariadb, database, tmp_path, "gone", bucket)
+    failure = harness.failure(harness.snapshot(expect_success=False))
+    assert all(part in failure for part in expected), failure
+    assert "Nothing was written" in failure
+
+    s3 = boto3.client("s3", endpoint_url=aws.endpoint_url, region_name="us-east-1")
+    assert bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}  # nothing made it, nothing written
+    locks = boto3.client("dynamodb", endpoint_url=os.environ["INGEST_LOCK_ENDPOINT_URL"], region_name="us-east-1")
+    assert locks.scan(TableName="ingest_lake_locks")["Count"] == 0  # the failed write released its lock
+    assert main(["--sources", str(harness.sources), "--lake", f"s3://{bucket}/lake", "status"]) == 2
+    err = capsys.readouterr().err
+    assert all(part in err for part in expected) and "Traceback" not in err, err
