@@ -3,7 +3,8 @@
     ingest status [--source NAME] [--table NAME]
     ingest backfill SOURCE [--table NAME ...] (--partitions K1,K2 | --from K1 [--to K2] | --all) [--wait]
     ingest resnapshot SOURCE TABLE [--wait]
-    ingest spark start|stop|status
+    ingest spark start|stop|status|run
+    ingest instance
 
 Reads the same environment as the Dagster code location: INGEST_SOURCES (the
 sources file), INGEST_LAKE_ROOT (the lake) and INGEST_SPARK_REMOTE.
@@ -252,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     webserver_args(rs)
     rs.set_defaults(run=resnapshot)
 
+    ins = commands.add_parser(
+        "instance", help="check that the Dagster instance's storage answers (what the units run before starting)",
+        description="Opens the Dagster instance of DAGSTER_HOME and asks its storage one question. Exit status 2, "
+                    "with the storage named (never its credentials) and the fix, when it does not answer: "
+                    "deploy/systemd's webserver and daemon units run this before each start.")
+    ins.set_defaults(run=instance)
+
     sp = commands.add_parser(
         "spark", help="the embedded Spark Connect server: start, stop, status, run (in the foreground)",
         description="Every run reaches Spark through a Spark Connect server. Unless INGEST_SPARK_REMOTE (or "
@@ -262,6 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "which stops it: what a supervisor runs (deploy/systemd/ingest-spark.service)")
     sp.set_defaults(run=spark)
     return parser
+
+
+def instance(args) -> int:
+    from ingest.defs.instance import check_instance
+
+    print(f"instance ok: {check_instance()}")
+    return 0
 
 
 def spark(args) -> int:
@@ -313,13 +328,14 @@ def run_spark() -> int:
 def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
     from ingest.lake.connect import SparkUnavailable
+    from ingest.defs.instance import InstanceUnavailable
     from ingest.lake.deltalog import LakeUnavailable
     from ingest.webserver import WebserverError
 
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (UsageError, ConfigError, WebserverError, SparkUnavailable, LakeUnavailable) as exc:
+    except (UsageError, ConfigError, WebserverError, SparkUnavailable, LakeUnavailable, InstanceUnavailable) as exc:
         print(f"ingest {args.command}: {exc}", file=sys.stderr)
         return 2
 

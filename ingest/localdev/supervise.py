@@ -2,8 +2,8 @@
 
 The production layout (docs/deployment.md) is one systemd unit per process: the Dagster code server,
 the webserver and the daemon (and the Spark Connect server when it is the embedded one). bin/demo
-runs the same commands, read from the same unit files (`ExecStart=`, `Restart=`, `RestartSec=`,
-`${VAR}` from the environment), under this supervisor: a code server that dies (a crash, the OOM
+runs the same commands, read from the same unit files (`ExecStartPre=`, `ExecStart=`, `Restart=`,
+`RestartSec=`, `${VAR}` from the environment), under this supervisor: a code server that dies (a crash, the OOM
 killer) is started again, and the daemon and the webserver find it again at their next call, where
 `dagster dev` leaves it dead and every sensor tick failing.
 
@@ -70,6 +70,9 @@ def parse_unit(path: Path, env: dict[str, str]) -> Unit:
     if "ExecStart" not in settings:
         raise UnitError(f"{path}: no ExecStart=. Fix: name the command the unit runs")
     command = shlex.split(expand(settings["ExecStart"], env, f"{path} ExecStart"))
+    if "ExecStartPre" in settings:  # as systemd: the command starts only when this succeeds, else a restart is due
+        pre = shlex.split(expand(settings["ExecStartPre"], env, f"{path} ExecStartPre"))
+        command = ["/bin/sh", "-c", f"{shlex.join(pre)} && exec {shlex.join(command)}"]
     return Unit(path.stem, command, float(settings.get("RestartSec", "2").rstrip("s")))
 
 

@@ -121,3 +121,31 @@ def test_dagster_dev_and_the_ingest_commands_print_no_warning(tmp_path):
         consoles[f"ingest {' '.join(args)}"] = run.stderr
     said = {name: [line for line in text.splitlines() if "warning" in line.lower()] for name, text in consoles.items()}
     assert not any(said.values()), said
+
+
+def test_ingest_instance_names_a_postgresql_instance_that_is_down_and_passes_once_it_answers(
+        dagster_postgres, tmp_path):
+    """What deploy/systemd's webserver and daemon units run before each start (`ExecStartPre=`): against a
+    PostgreSQL instance storage that does not answer, exit status 2 and one line that names the server
+    and the fix, without the password; against the running server, exit status 0."""
+    from ingest_tests.conftest import free_port
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "deploy" / "dagster.yaml").read_text() + "\n"
+                                       + (ROOT / "deploy" / "dagster-postgres.yaml").read_text())
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    command = [str(ROOT / ".venv" / "bin" / "ingest"), "instance"]
+    up = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0 and up.stdout.startswith("instance ok: PostgreSQL at "), (up.stdout, up.stderr)
+
+    port = free_port()  # nothing listens there: the instance's server is down
+    marker = "pw-marker-7c1e9a"
+    down = subprocess.run(command, env={**env, "DAGSTER_PG_PORT": str(port), "DAGSTER_PG_PASSWORD": marker},
+                          capture_output=True, text=True, timeout=120)
+    assert down.returncode == 2, (down.stdout, down.stderr)
+    assert down.stderr.startswith(f"ingest instance: the Dagster instance's storage (PostgreSQL at "
+                                  f"{dagster_postgres.host}:{port}, database "), down.stderr
+    assert "does not answer: OperationalError: " in down.stderr and "Fix: start it, or correct DAGSTER_PG_HOST" \
+        in down.stderr
+    assert marker not in down.stdout + down.stderr and "Traceback" not in down.stderr

@@ -17,7 +17,10 @@ def test_every_unit_runs_with_the_shipped_environment_and_names_the_code_locatio
     assert code[:3] == ["/opt/ingest/.venv/bin/dagster", "code-server", "start"]
     assert code[code.index("-m") + 1] == "ingest.defs.definitions" and code[code.index("-p") + 1] == "4266"
     for name in ("ingest-daemon", "ingest-webserver"):  # both reach the code server the workspace names
-        assert "/opt/ingest/deploy/workspace.yaml" in units[name].command, units[name].command
+        assert "/opt/ingest/deploy/workspace.yaml" in units[name].command[-1], units[name].command
+        # and start only once the instance's storage answers (ExecStartPre), as systemd would
+        assert units[name].command[:3] == ["/bin/sh", "-c", units[name].command[-1]]
+        assert units[name].command[-1].startswith("/opt/ingest/.venv/bin/ingest instance && exec /opt/ingest/")
     assert all(u.restart_seconds == 2 for u in units.values())
     assert "INGEST_CODE_SERVER_PORT" in (DEPLOY / "workspace.yaml").read_text()
 
