@@ -76,12 +76,22 @@ REFUSED_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesN
                            "InvalidToken", "AllAccessDisabled", "AccountProblem", "403"})
 
 
+def without_userinfo(url: str) -> str:
+    """`url` without a `user:password@` part, which no message of ours may print (pure)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def s3_refusal(exc: BaseException, bucket: str, key: str, endpoint: str | None) -> LakeUnavailable | None:
     """The error a user can act on for botocore's `exc` on `s3://bucket/key`, naming the part and the
     fix, or None when `exc` is not one of storage refusing or not answering (pure)."""
     from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError, NoCredentialsError
 
-    where = f"the lake's S3 endpoint {endpoint or '(AWS default)'}"
+    where = f"the lake's S3 endpoint {without_userinfo(endpoint) if endpoint else '(AWS default)'}"
     if isinstance(exc, BotoConnectionError):
         return LakeUnavailable(
             f"{where} does not answer ({type(exc).__name__}) reading s3://{bucket}/{key}. Nothing was written. Fix: "

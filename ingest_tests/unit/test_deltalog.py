@@ -122,3 +122,31 @@ def test_silver_reports_the_lag_of_the_batch_change_that_waited_longest():
     assert merged.lags(1_004.04) == {"lag_seconds": 14.0, "lag_seconds_newest": 4.0}
     assert BronzeMerge(None, 3, 1_000, None).lags(1_004.0) == {"lag_seconds": 4.0, "lag_seconds_newest": 4.0}
     assert BronzeMerge(None, 0, None, None).lags(1_004.0) == {}
+
+
+def test_s3_refusals_name_the_endpoint_bucket_and_fix_and_never_its_credentials():
+    """What botocore raises when the lake's S3 refuses, as the error a user acts on (the integration tier
+    meets the first two from a closed port and moto); another error is not one of them."""
+    from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+    from ingest.lake.deltalog import s3_refusal
+
+    endpoint = "http://lake-user:s3cret-marker@10.0.0.5:9000"
+
+    def said(exc):
+        refusal = s3_refusal(exc, "lake", "t/_delta_log/_last_checkpoint", endpoint)
+        assert refusal is not None and "s3cret-marker" not in str(refusal) and "Nothing was written" in str(refusal)
+        return str(refusal)
+
+    assert "endpoint http://10.0.0.5:9000 does not answer (EndpointConnectionError)" in said(
+        EndpointConnectionError(endpoint_url=endpoint))
+    assert "no AWS credentials" in said(NoCredentialsError())
+
+    def client_error(code):
+        return ClientError({"Error": {"Code": code, "Message": "m"}}, "GetObject")
+
+    assert "has no bucket 'lake'" in said(client_error("NoSuchBucket"))
+    for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"):
+        assert f"refused to read s3://lake/t/_delta_log/_last_checkpoint ({code})" in said(client_error(code))
+    assert s3_refusal(client_error("SlowDown"), "lake", "k", endpoint) is None  # botocore retries those
+    assert s3_refusal(ValueError("x"), "lake", "k", endpoint) is None
