@@ -327,8 +327,8 @@ def run_spark() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from ingest.config import ConfigError
-    from ingest.lake.connect import SparkUnavailable
     from ingest.defs.instance import InstanceUnavailable
+    from ingest.lake.connect import SparkUnavailable
     from ingest.lake.deltalog import LakeUnavailable
     from ingest.webserver import WebserverError
 

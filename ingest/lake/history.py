@@ -28,8 +28,7 @@ from typing import Any
 
 from ingest.lake.commits import Txn
 from ingest.lake.deltalog import is_delta_table, last_commit, table_version
-from ingest.lake.merge import Layout
-from ingest.lake.merge import DELETED, POS, delta_path, temp_view
+from ingest.lake.merge import DELETED, POS, Layout, apply_layout, delta_path, temp_view
 from ingest.lake.tables import LakeTable
 from ingest.lake.tables import spark_ident as _col
 
@@ -150,7 +149,6 @@ def merge_history(spark, path: str, versions, keys: Sequence[str], truncates: Se
     `path` and recompute the intervals of the keys they touch. True when it committed. `layout`: the
     table's (see `Layout.history`)."""
     from ingest.lake.columns import lake_name
-    from ingest.lake.merge import apply_layout
     from ingest.lake.write import WriteOutcome, append, lake_columns, session_txn, widen_for
 
     versions, keys = lake_columns(versions), [lake_name(k) for k in keys]

@@ -66,9 +66,9 @@ class Retention:
 def maintain(spark, path: str, retention: Retention, log: Callable[[str], None]) -> dict[str, Any]:
     """Retention properties, OPTIMIZE and VACUUM on the Delta table at `path`; what each did."""
     from ingest.lake.deltalog import is_delta_table
-    from ingest.lake.merge import CHANGE_DATA_FEED, Layout, delta_path
+    from ingest.lake.merge import CHANGE_DATA_FEED, Layout, delta_path, set_properties
     from ingest.lake.tables import HISTORY, SILVER
-    from ingest.lake.write import retry_conflicts, session_conf
+    from ingest.lake.write import session_conf
 
     if not is_delta_table(path):
         return {"path": path, "exists": False}
@@ -82,11 +82,8 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
     # tables made before silver recorded the feed; one opted out of it says false (see Layout)
     if path.rstrip("/").rsplit("/", 1)[-1] in (SILVER, HISTORY) and CHANGE_DATA_FEED not in have:
         want |= Layout().wanted(spark.read.format("delta").load(path).columns)
-    changed = {k: v for k, v in want.items() if have.get(k) != v}
+    changed = set_properties(spark, path, want, have, "retention properties")
     if changed:
-        settings = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
-        retry_conflicts(lambda: spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({settings})").collect(),
-                        f"{path}: retention properties")
         log(f"{path}: set {', '.join(changed)}")
     before = files()
     compact(spark, path)

@@ -144,15 +144,22 @@ def apply_layout(spark, path: str, layout: Layout, columns: Sequence[str]) -> No
     no query; a log without one asks the server."""
     from ingest.lake.deltalog import table_properties
 
-    want = layout.wanted(columns)
     have = table_properties(path)
     if have is None:
         have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)}").collect()}
-    changed = {k: v for k, v in want.items() if str(have.get(k, "")).lower() != v}
+    set_properties(spark, path, layout.wanted(columns), {k: str(v).lower() for k, v in have.items()},
+                   "table properties")
+
+
+def set_properties(spark, path: str, want: dict[str, str], have: dict[str, str], what: str) -> dict[str, str]:
+    """Set on the table at `path` those of `want` that `have` (its properties now) lacks or holds
+    otherwise, in one commit; what it set."""
+    changed = {k: v for k, v in want.items() if have.get(k) != v}
     if changed:
         settings = ", ".join(f"'{k}' = '{v}'" for k, v in changed.items())
         retry_conflicts(lambda: spark.sql(f"ALTER TABLE {delta_path(path)} SET TBLPROPERTIES ({settings})").collect(),
-                        f"{path}: table properties")
+                        f"{path}: {what}")
+    return changed
 
 
 def latest_per_key(df, keys: Sequence[str]):
@@ -171,8 +178,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
 
     Creates the table when it does not exist. Safe to repeat: the txn makes a
     second call a no-op, and the `_pos` guard would make it a no-op anyway.
-    `layout`: the table (made or found) is laid out so (see `Layout`). `expected_rows`: how many rows `changes`
-    holds, when known; a batch of at most NARROW_MAX_KEYS into a table with
+    `layout`: the table (made or found) is laid out so (see `Layout`).
+    `expected_rows`: how many rows `changes` holds, when known; a batch of at most NARROW_MAX_KEYS into a table with
     deletion vectors names its keys in the merge's condition (see `narrowing`):
     without that, the merge joins every row of the table against the batch a
     second time. A copy-on-write merge rewrites every file a key falls in

@@ -3,8 +3,8 @@
 The production layout (docs/deployment.md) is one systemd unit per process: the Dagster code server,
 the webserver and the daemon (and the Spark Connect server when it is the embedded one). bin/demo
 runs the same commands, read from the same unit files (`ExecStartPre=`, `ExecStart=`, `Restart=`,
-`RestartSec=`, `${VAR}` from the environment), under this supervisor: a code server that dies (a crash, the OOM
-killer) is started again, and the daemon and the webserver find it again at their next call, where
+`RestartSec=`, `${VAR}` from the environment), under this supervisor: a code server that dies (a
+crash, the OOM killer) is started again, and the daemon and the webserver find it again at their next call, where
 `dagster dev` leaves it dead and every sensor tick failing.
 
 Each process runs in its own session, so one signal reaches it and everything it started. SIGTERM or
