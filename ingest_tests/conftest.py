@@ -98,11 +98,49 @@ def moto():
     server.stop()
 
 
+@pytest.fixture
+def aws(moto, dynamodb, monkeypatch):
+    """A lake on S3: moto's S3 for the lake, DynamoDB Local for the per-table write locks."""
+    monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", moto.endpoint_url)
+    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", dynamodb.endpoint_url)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return moto
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """A PostgreSQL 15 server with wal_level=logical, per module."""
+    from ingest.localdev.postgres import PostgresServer
+
+    server = PostgresServer(free_port()).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def dagster_postgres(monkeypatch):
+    """A PostgreSQL server with an empty `dagster` database, and the variables dagster-postgres.yaml reads."""
+    from ingest.localdev.postgres import PostgresServer
+
+    server = PostgresServer(free_port()).start()
+    try:
+        variables = {"DAGSTER_PG_HOST": server.host, "DAGSTER_PG_PORT": str(server.port),
+                     "DAGSTER_PG_USER": server.user, "DAGSTER_PG_PASSWORD": server.password,
+                     "DAGSTER_PG_DB": server.create_database("dagster")}
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        yield server
+    finally:
+        server.stop()
+
+
 # The longest test files first: two xdist workers take a file at a time (--dist loadfile), and a long
 # file handed out last keeps one worker busy while the other has nothing left to do.
-_LONGEST_FIRST = ("test_kill_harness.py", "test_operations.py", "test_cdc_edges.py", "test_dynamodb.py",
-                  "test_cdc_e2e.py", "test_cdc_property.py", "test_postgres_changes.py", "test_postgres_kill.py",
-                  "test_postgres_source.py")
+_LONGEST_FIRST = ("test_kill_harness.py", "test_standalone.py", "test_operations.py", "test_cdc_edges.py",
+                  "test_dynamodb.py", "test_cdc_e2e.py", "test_cdc_property.py", "test_postgres_changes.py",
+                  "test_postgres_kill.py", "test_postgres_source.py")
 
 
 def pytest_collection_modifyitems(items):

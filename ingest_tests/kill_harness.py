@@ -47,6 +47,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ingest_tests.probes import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 PHASES = ("bronze", "silver", "committed", "snapshot", "server")
@@ -586,15 +588,7 @@ class SensorRecoveryHarness(KillHarness):
             file, pos = cur.fetchone()[:2]
         return BinlogPosition(file, int(pos))
 
-    @staticmethod
-    def _wait(probe, seconds: float, what: str):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            found = probe()
-            if found:
-                return found
-            time.sleep(0.2)
-        raise TimeoutError(f"kill harness: waited {seconds:.0f} s for {what}")
+    _wait = staticmethod(wait_for)
 
 
 def _descendants(pid: int) -> list[int]:

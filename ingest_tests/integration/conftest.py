@@ -34,15 +34,6 @@ def params(mariadb, database) -> ConnectionParams:
     return ConnectionParams("127.0.0.1", mariadb.port, "ingest", "ingest-test-pw", database)
 
 
-@pytest.fixture
-def aws(moto, dynamodb, monkeypatch):
-    """A lake on S3: moto's S3 for the lake, DynamoDB Local for the per-table write locks."""
-    monkeypatch.setenv("INGEST_S3_ENDPOINT_URL", moto.endpoint_url)
-    monkeypatch.setenv("INGEST_LOCK_ENDPOINT_URL", dynamodb.endpoint_url)
-    monkeypatch.setenv("AWS_REGION", "us-east-1")
-    return moto
-
-
 def describe(params: ConnectionParams, table: str):
     with params.connect() as conn:
         return describe_table(conn, params.database, table)
@@ -54,34 +45,3 @@ def snapshot(spark, params, table, path, **kw):
     settings = {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4, **kw}
     return run_snapshot(spark, params, describe(params, table), path, source="test", log=lambda m: None,
                         **settings)
-
-
-@pytest.fixture(scope="module")
-def pg():
-    """A PostgreSQL 15 server with wal_level=logical, per module."""
-    from ingest.localdev.postgres import PostgresServer
-    from ingest_tests.conftest import free_port
-
-    server = PostgresServer(free_port()).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def dagster_postgres(monkeypatch):
-    """A PostgreSQL server with an empty `dagster` database, and the variables dagster-postgres.yaml reads."""
-    from ingest.localdev.postgres import PostgresServer
-    from ingest_tests.conftest import free_port
-
-    server = PostgresServer(free_port()).start()
-    try:
-        variables = {"DAGSTER_PG_HOST": server.host, "DAGSTER_PG_PORT": str(server.port),
-                     "DAGSTER_PG_USER": server.user, "DAGSTER_PG_PASSWORD": server.password,
-                     "DAGSTER_PG_DB": server.create_database("dagster")}
-        for key, value in variables.items():
-            monkeypatch.setenv(key, value)
-        yield server
-    finally:
-        server.stop()

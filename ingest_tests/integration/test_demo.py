@@ -34,18 +34,15 @@ def sensor_ticks_after(home: Path, sensor: str, since: float) -> list:
     """The sensor's successful or skipped ticks after `since`, read from the demo's instance ([] while the
     webserver and the daemon are still creating its SQLite storage: opening it then races them)."""
     from dagster import DagsterInstance
-    from dagster._core.scheduler.instigation import TickStatus
+
+    from ingest_tests.probes import ticks_after
 
     try:
         instance = DagsterInstance.from_config(str(home))
     except Exception:  # noqa: BLE001 - alembic's "more than one head" while another process migrates
         return []
     with instance:
-        for state in instance.all_instigator_state():
-            if state.instigator_name == sensor:
-                return [t for t in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=20)
-                        if t.timestamp > since and t.status in (TickStatus.SKIPPED, TickStatus.SUCCESS)]
-    return []
+        return ticks_after(instance, sensor, since)
 
 
 def test_the_demo_restarts_a_killed_code_server_and_daemon_and_stops_everything_on_sigterm(tmp_path):

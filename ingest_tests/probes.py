@@ -1,0 +1,26 @@
+"""What tests wait for and read of a running deployment."""
+
+import time
+
+
+def wait_for(probe, seconds: float, what: str):
+    """`probe()`'s first truthy answer, asked every 0.2 s for up to `seconds`; else TimeoutError naming `what`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise TimeoutError(f"waited {seconds:.0f} s for {what}")
+
+
+def ticks_after(instance, sensor: str, since: float) -> list:
+    """The sensor's successful or skipped ticks after `since` (a UNIX time): it evaluated and its code
+    location answered."""
+    from dagster._core.scheduler.instigation import TickStatus
+
+    for state in instance.all_instigator_state():
+        if state.instigator_name == sensor:
+            return [t for t in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=20)
+                    if t.timestamp > since and t.status in (TickStatus.SKIPPED, TickStatus.SUCCESS)]
+    return []
