@@ -3,6 +3,8 @@
     .venv/bin/python bench/run.py --quick      # small sizes: about 30 minutes, 20 of them the soak
     .venv/bin/python bench/run.py              # the full sizes: hours, most of them the soak
     .venv/bin/python bench/run.py --only soak --soak-batches 200   # one benchmark, a size of your own
+    .venv/bin/python bench/run.py --quick --cluster   # the snapshot, CDC and freshness lines on a
+                                                      # standalone cluster against the local server
 
 Starts its own MariaDB, PostgreSQL and DynamoDB Local servers (stopped by PID at the end) and one
 local SparkSession. Prints one line per benchmark,
@@ -78,11 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, help="run only these benchmarks")
     parser.add_argument("--soak-batches", type=int, help="batches of the soak benchmark (default: the mode's)")
     parser.add_argument("--tables", type=int, help="tables of the wide source in table_scaling (default: the mode's)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="the snapshot, CDC and freshness lines on a Spark standalone cluster started here "
+                             "(master and two workers in JVMs of their own) against the local server "
+                             "(bench/cluster_bench.py); alone unless --only names others")
     parser.add_argument("--json", type=Path, help="where to write the figures (default bench/out/<mode>.json)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     sizes = MODES[mode]
-    chosen = args.only or BENCHMARKS
+    chosen = [*(args.only or ()), "cluster"] if args.cluster else args.only or BENCHMARKS
     out_path = args.json or BENCH_DIR / "out" / f"{mode}.json"
     # the code the figures were measured on: as checked out when the run starts
     stamp = {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -153,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.merge_bench import merge_bench
 
                 got = merge_bench(spark, work, sizes["merge_small"], sizes["merge_big"], log)
+            elif name == "cluster":
+                from bench.cluster_bench import cluster_bench
+
+                got = cluster_bench(spark, server, params, work, lake / "cluster", sizes["snapshot_rows"],
+                                    sizes["cdc_events"], sizes["freshness_seconds"], log, SNAPSHOT)
             elif name == "soak":
                 from bench.soak_bench import soak_bench
 

@@ -101,15 +101,18 @@ def python_reader_snapshot(spark, params: ConnectionParams, path: str):
         return snapshot(spark, params, "t", path)
 
 
-def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in_other_jvms(cluster, mariadb):
+def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in_other_jvms(cluster, mariadb, spark):
+    """`spark`: this process already holds a session to the tests' local server, and a session asked for
+    the cluster's server is still the cluster's."""
     from pyspark.sql import functions as F
 
     from ingest.lake.spark import spark_session
 
-    server, _, python = cluster
+    local, (server, _, python) = spark, cluster
     folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-lake-"))
     spark = spark_session(server.url)
     try:
+        assert spark.conf.get("spark.master").startswith("spark://") and local.conf.get("spark.master") == "local[2]"
         path = str(folder / "t")
         spark.range(0, 100_000, numPartitions=4).selectExpr("id", "id % 7 AS k").write.format("delta").save(path)
         assert spark.read.format("delta").load(path).where("k = 3").count() == len(range(3, 100_000, 7))
