@@ -8,8 +8,9 @@ On it, the production layout end to end: the code location as its own `dagster c
 daemon apart (deploy/systemd's units under the project's supervisor), the instance on PostgreSQL
 (dagster-postgres), the lake on an S3 server with the write locks in DynamoDB Local. A MySQL and a
 PostgreSQL source are snapshotted from the command line, then kept in sync by their sensors alone with
-batches read on the executors; executors are SIGKILLed mid-snapshot and mid-batch, the code server and
-the daemon killed, and silver still equals the source row for row."""
+batches read on the executors; executors are SIGKILLed mid-snapshot and mid-batch, the reconciliation
+and maintenance jobs run, the code server and the daemon are killed, and silver still equals the source
+row for row."""
 
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ def source_runs(instance, source: str):
 
 def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
         cluster, mariadb, pg, aws, dagster_postgres, tmp_path, monkeypatch):
-    from dagster import DagsterInstance
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     from ingest.lake.merge import live_rows
     from ingest.lake.spark import spark_session
@@ -350,7 +351,24 @@ def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
         assert history.where(f"id <= {ROWS} AND id % 10 != 3").groupBy("id").count().where("count = 2").count() \
             == len([i for i in range(1, ROWS + 1) if i % 10 != 3])
 
-        # 4. the code server, then the daemon, killed as the OOM killer would: the supervisor starts each
+        # 4. the jobs the schedules launch, run on the cluster from the command line: reconciliation
+        # (each silver table against its source, by key-range checksums) and maintenance (compaction,
+        # vacuum and retention of every table), then silver still the source's
+        # (both at once, as their schedules may start them)
+        jobs = {name: subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster"), "job", "execute", "-m", "ingest.defs.definitions",
+             "-j", name], cwd=ROOT, env=env, stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT)
+            for name in ("reconcile_silver", "lake_maintenance")}
+        for name, job in jobs.items():
+            assert job.wait(600) == 0, (name, (tmp_path / f"{name}.log").read_text()[-4000:])
+        (reconciled,) = instance.get_runs(RunsFilter(job_name="reconcile_silver"))
+        evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in instance.get_records_for_run(
+            reconciled.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records]
+        assert sorted(e.asset_key.to_user_string() for e in evaluations if e.passed) == ["bank/accounts", "shop/orders"]
+        assert silver("shop", "orders") == shop_rows() and silver("bank", "accounts") == bank_rows()
+        say("reconciled and maintained")
+
+        # 5. the code server, then the daemon, killed as the OOM killer would: the supervisor starts each
         # again, the sensor ticks within 60 s of the kill, and a later change still reaches silver
         for unit in ("ingest-code-server", "ingest-daemon"):
             pid_file = tmp_path / "sup" / f"{unit}.pid"
