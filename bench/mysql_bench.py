@@ -183,7 +183,7 @@ def snapshot_bench(spark, server, params: ConnectionParams, lake: Path, rows: in
         Result(f"snapshot_{label}_vs_jdbc", rows / ours_s, "spark_jdbc_to_delta", rows / jdbc_s, "rows/s",
                target=1.0, details=details),
         Result(f"snapshot_{label}_vs_raw_scan", rows / ours_s, "mariadb_client_quick_scan", rows / client_s,
-               "rows/s", target=0.5, details=details),
+               "rows/s", target=0.7, details=details),
     ]
 
 
