@@ -22,6 +22,7 @@ from pathlib import Path
 from bench.common import Result
 
 SNAPSHOT_ROUNDS = 3
+EXECUTOR_MEMORY = "1536m"
 WARM_EVENTS = 100_000
 """Changes of another table each server takes through the batch path before the timed ones (the JIT and
 the first executors' Python workers)."""
@@ -30,10 +31,8 @@ the first executors' Python workers)."""
 def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int, events: int,
                   freshness_seconds: float, log, snapshot: dict) -> list[Result]:
     from ingest.lake.connect import start_local, stop_local
-    from ingest.lake.deltalog import last_commit
     from ingest.lake.spark import spark_session
     from ingest.localdev.cluster import StandaloneCluster, worker_python
-    from ingest.sources.mysql.positions import BinlogPosition
 
     from bench import mysql_bench
 
@@ -42,7 +41,7 @@ def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int
     log(f"standalone cluster {cluster.url}: 2 workers of 1 core")
     try:
         state = start_local(work / "cluster-spark", {
-            "spark.master": cluster.url, "spark.executor.memory": "1536m", "spark.executor.cores": "1",
+            "spark.master": cluster.url, "spark.executor.memory": EXECUTOR_MEMORY, "spark.executor.cores": "1",
             "spark.pyspark.python": str(python)})
         spark = {"local": local_spark, "cluster": spark_session(state.url)}
 
@@ -64,18 +63,12 @@ def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int
         snap_s = {w: statistics.median(r) for w, r in runs.items()}
 
         # CDC: one binlog range, read by each server into its own bronze and silver
-        def snapshotted(name: str) -> BinlogPosition:
-            mysql_bench.load_table(server, name, 0)
-            mysql_bench.our_snapshot(local_spark, params, name, str(lake / f"{name}_snap"), 50_000, 2, 8)
-            return BinlogPosition.from_metadata(last_commit(str(lake / f"{name}_snap"), kind="snapshot")
-                                                .metadata["log_start"])
-
-        warm_start = snapshotted("cl_cdc_warm")
+        warm_start = mysql_bench.empty_snapshotted(local_spark, server, params, lake, "cl_cdc_warm")
         mysql_bench.write_changes(server, "cl_cdc_warm", WARM_EVENTS)
         for where in spark:
             mysql_bench.our_cdc(spark[where], params, "cl_cdc_warm", lake, warm_start, lambda _m: None,
                                 names=("cl_cdc_warm_snap", f"cl_cdc_warm_bronze_{where}", f"cl_cdc_warm_silver_{where}"))
-        start = snapshotted("cl_cdc")
+        start = mysql_bench.empty_snapshotted(local_spark, server, params, lake, "cl_cdc")
         mix = mysql_bench.write_changes(server, "cl_cdc", events)
         cdc_s = {}
         for where in ("cluster", "local"):
@@ -104,7 +97,7 @@ def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int
         stop_local(work / "cluster-spark")
         cluster.stop()
 
-    details = {"workers": 2, "cores_per_worker": 1, "executor_memory": "1536m", "local_master": "local[*]"}
+    details = {"workers": 2, "cores_per_worker": 1, "executor_memory": EXECUTOR_MEMORY, "local_master": "local[*]"}
     results = [
         Result("cluster_snapshot_vs_local", rows / snap_s["cluster"], "local_server_snapshot", rows / snap_s["local"],
                "rows/s", target=0.7, details={**details, "rows": rows, **snapshot, "runs_seconds": runs}),

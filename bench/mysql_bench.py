@@ -291,25 +291,28 @@ the first executor decoding on a server pay Spark's code generation and the JIT 
 batch took 36 s against 18-21 s for the next ones), once in a long-lived server's life, not per batch."""
 
 
-def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log, prefix: str = ""
-              ) -> list[Result]:
-    """`prefix`: of the tables' names, for a second run of it in the same lake (the PostgreSQL comparison)."""
+def empty_snapshotted(spark, server, params: ConnectionParams, lake: Path, table: str):
+    """`table` made empty and snapshotted into `<lake>/<table>_snap`: the binlog position its changes
+    start from."""
     from ingest.lake.deltalog import last_commit
     from ingest.sources.mysql.positions import BinlogPosition
 
+    load_table(server, table, 0)
+    our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
+    return BinlogPosition.from_metadata(last_commit(str(lake / f"{table}_snap"), kind="snapshot")
+                                        .metadata["log_start"])
+
+
+def cdc_bench(spark, server, params: ConnectionParams, lake: Path, events: int, log, prefix: str = ""
+              ) -> list[Result]:
+    """`prefix`: of the tables' names, for a second run of it in the same lake (the PostgreSQL comparison)."""
     warm = f"{prefix}cdc_warm"  # before the timed table's snapshot: its log start is after the warm-up's changes
-    load_table(server, warm, 0)
-    our_snapshot(spark, params, warm, str(lake / f"{warm}_snap"), 50_000, 2, 8)
-    warm_start = BinlogPosition.from_metadata(last_commit(str(lake / f"{warm}_snap"), kind="snapshot")
-                                              .metadata["log_start"])
+    warm_start = empty_snapshotted(spark, server, params, lake, warm)
     write_changes(server, warm, CDC_WARM_EVENTS)
     warm_s, _, _ = our_cdc(spark, params, warm, lake, warm_start, log)
     log(f"warm-up: {CDC_WARM_EVENTS:,} changes of {warm} through the batch path in {warm_s:.1f} s (not timed)")
     table = f"{prefix}cdc"
-    load_table(server, table, 0)
-    our_snapshot(spark, params, table, str(lake / f"{table}_snap"), 50_000, 2, 8)
-    log_start = BinlogPosition.from_metadata(last_commit(str(lake / f"{table}_snap"), kind="snapshot")
-                                             .metadata["log_start"])
+    log_start = empty_snapshotted(spark, server, params, lake, table)
     log(f"writing {events:,} row changes")
     t0 = time.perf_counter()
     mix = write_changes(server, table, events)

@@ -47,7 +47,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest_tests.probes import wait_for
+from ingest_tests.probes import parent_pid as _parent, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DAGSTER = str(Path(sys.executable).parent / "dagster")
@@ -606,12 +606,6 @@ def _descendants(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return out
-
-
-def _parent(pid: int) -> int:
-    """The parent PID of `pid`, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -14,6 +14,12 @@ def wait_for(probe, seconds: float, what: str):
     raise TimeoutError(f"waited {seconds:.0f} s for {what}")
 
 
+def parent_pid(pid: int) -> int:
+    """The parent PID of `pid`, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def ticks_after(instance, sensor: str, since: float) -> list:
     """The sensor's successful or skipped ticks after `since` (a UNIX time): it evaluated and its code
     location answered."""

@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from ingest.sources.mysql.schema import ConnectionParams
-from ingest_tests.probes import ticks_after, wait_for
+from ingest_tests.probes import parent_pid, ticks_after, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -76,11 +76,6 @@ def executor_pids(executor_id: str | None = None) -> list[int]:
                 executor_id is None or args[args.index(b"--executor-id") + 1].decode() == executor_id):
             found.append(int(entry.name))
     return found
-
-
-def parent_pid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def mysql_table(mariadb, database: str, rows: int) -> ConnectionParams:
@@ -205,6 +200,9 @@ def source_runs(instance, source: str):
 
 def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
         cluster, mariadb, pg, aws, dagster_postgres, tmp_path, monkeypatch):
+    """Snapshots with an executor killed mid-task, sensor batches read on the executors with one killed in
+    each, then reconciliation and maintenance, then the code server and the daemon killed: silver equals
+    the source after each (the module's docstring has the layout)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     from ingest.lake.merge import live_rows
@@ -217,6 +215,7 @@ def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
 
     def say(what: str) -> None:  # the test's timeline, shown when it fails
         print(f"{time.monotonic() - began:7.1f} s  {what}", flush=True)
+
     server_log = Path(server.log)
     bucket = "cluster-lake"
     boto3.client("s3", endpoint_url=aws.endpoint_url, region_name="us-east-1").create_bucket(Bucket=bucket)
