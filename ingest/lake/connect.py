@@ -209,6 +209,41 @@ def read_state(folder: Path | None = None) -> ServerState | None:
     return state if alive(state.pid) else None
 
 
+def parse_properties(text: str, where: str) -> dict[str, str]:
+    """Spark's properties format, as in spark-defaults.conf (pure): `key value` or `key=value` a line,
+    `#` comments and blank lines skipped. `where` names the file in the error for a line without a
+    value."""
+    import re
+
+    conf = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = re.split(r"\s*=\s*|\s+", line, maxsplit=1)
+        if len(parts) != 2 or not parts[1]:
+            raise SparkUnavailable(f"{where}, line {number}: a Spark setting needs a key and a value "
+                                   f"('spark.executor.memory 2g'), not {parts[0]!r}. Fix the line or remove it")
+        conf[parts[0]] = parts[1]
+    return conf
+
+
+def configured_conf(environ=os.environ) -> dict[str, str]:
+    """The embedded server's settings from the file INGEST_SPARK_CONF names ({} when unset): what a
+    supervised server on a cluster's driver needs besides the project's defaults, such as
+    `spark.master`, the executors' memory and cores, and `spark.pyspark.python`, the Python of the
+    worker hosts (with the project installed). They win over SERVER_CONF and INGEST_SPARK_MASTER."""
+    path = environ.get("INGEST_SPARK_CONF")
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SparkUnavailable(f"INGEST_SPARK_CONF names {path}, which cannot be read ({exc.strerror}). Fix: "
+                               "point it at a file of Spark settings (`key value` a line), or unset it") from None
+    return parse_properties(text, path)
+
+
 def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[str]:
     import pyspark
 
@@ -233,6 +268,7 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
 
     folder = folder or state_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    extra_conf = {**configured_conf(), **(extra_conf or {})}
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = read_state(folder)
@@ -245,7 +281,7 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=server_env(
                                         os.environ, Path(pyspark.__file__).parent,
-                                        (extra_conf or {}).get("spark.pyspark.python", sys.executable)),
+                                        extra_conf.get("spark.pyspark.python", sys.executable)),
                                     start_new_session=True)
         state = ServerState(proc.pid, port, str(log), time.time())
         (folder / STATE_FILE).write_text(json.dumps(asdict(state)))

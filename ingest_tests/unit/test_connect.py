@@ -35,6 +35,29 @@ def test_the_local_server_listens_on_loopback_with_the_session_defaults_and_a_ch
     assert cmd[-1] == "spark-internal"
 
 
+def test_a_settings_file_gives_a_supervised_server_its_cluster_and_a_bad_one_is_named_with_the_fix(tmp_path):
+    """INGEST_SPARK_CONF: what `ingest spark run` on a cluster's driver needs besides the defaults (its
+    master, the worker hosts' Python), in spark-defaults.conf's format, over the project's settings."""
+    from ingest.lake.connect import configured_conf
+
+    settings = tmp_path / "spark.conf"
+    settings.write_text("# the cluster\nspark.master spark://10.0.0.5:7077\n\n"
+                        "spark.pyspark.python = /opt/ingest-worker/bin/python\nspark.sql.shuffle.partitions\t64\n")
+    conf = configured_conf({"INGEST_SPARK_CONF": str(settings)})
+    assert conf == {"spark.master": "spark://10.0.0.5:7077", "spark.pyspark.python": "/opt/ingest-worker/bin/python",
+                    "spark.sql.shuffle.partitions": "64"}
+    cmd = server_command(15099, conf)
+    assert cmd[cmd.index("--master") + 1] == "spark://10.0.0.5:7077"
+    assert "spark.sql.shuffle.partitions=64" in cmd and "spark.sql.shuffle.partitions=4" not in cmd
+    assert configured_conf({}) == {}
+
+    settings.write_text("spark.master spark://10.0.0.5:7077\nspark.executor.memory\n")
+    with pytest.raises(SparkUnavailable, match=rf"{settings}, line 2: .*'spark.executor.memory'.*Fix"):
+        configured_conf({"INGEST_SPARK_CONF": str(settings)})
+    with pytest.raises(SparkUnavailable, match=r"INGEST_SPARK_CONF names .*nowhere.conf.*Fix"):
+        configured_conf({"INGEST_SPARK_CONF": str(tmp_path / "nowhere.conf")})
+
+
 def test_the_local_server_bounds_the_delta_tables_it_keeps_in_memory(tmp_path, monkeypatch):
     """Delta's cache of opened tables (10,000 by default, about 3 MiB each) grows with the number of
     tables until the heap is full (the README's former "Many tables", in git)."""
