@@ -3,14 +3,16 @@
 import time
 
 
-def wait_for(probe, seconds: float, what: str):
-    """`probe()`'s first truthy answer, asked every 0.2 s for up to `seconds`; else TimeoutError naming `what`."""
+def wait_for(probe, seconds: float, what: str, every: float = 0.2):
+    """`probe()`'s first truthy answer, asked every `every` seconds for up to `seconds`; else TimeoutError
+    naming `what`. A probe that queries the deployment (a Spark read of silver) is worth asking less often:
+    its queries take the cores the deployment is being waited on to use."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = probe()
         if found:
             return found
-        time.sleep(0.2)
+        time.sleep(every)
     raise TimeoutError(f"waited {seconds:.0f} s for {what}")
 
 

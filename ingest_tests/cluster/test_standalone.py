@@ -4,13 +4,13 @@ tests. Delta writes and the project's Python code run in executors that are othe
 Connect server, their Python a virtualenv with the project installed from a wheel built from this tree,
 as on a cluster's hosts.
 
-On it, the production layout end to end: the code location as its own `dagster code-server` and the
-daemon apart (deploy/systemd's units under the project's supervisor), the instance on PostgreSQL
-(dagster-postgres), the lake on an S3 server with the write locks in DynamoDB Local. A MySQL and a
-PostgreSQL source are snapshotted from the command line, then kept in sync by their sensors alone with
-batches read on the executors; executors are SIGKILLed mid-snapshot and mid-batch, the reconciliation
-and maintenance jobs run, the code server and the daemon are killed, and silver still equals the source
-row for row."""
+On it, the production layout end to end: the Connect server, the code location as its own `dagster
+code-server` and the daemon apart (deploy/systemd's units under the project's supervisor), the instance on
+PostgreSQL (dagster-postgres), the lake on an S3 server with the write locks in DynamoDB Local. MySQL,
+PostgreSQL and DynamoDB sources are snapshotted from the command line, then kept in sync by their sensors
+alone, MySQL's and PostgreSQL's batches read on the executors; executors are SIGKILLed mid-snapshot and
+mid-batch, the reconciliation, maintenance and dbt runs follow, then the code server, the daemon and the
+Connect server are killed, and silver still equals the source row for row."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
@@ -51,17 +53,39 @@ def cluster(tmp_path_factory):
     python = worker_python(tmp_path_factory.mktemp("worker"))
     standalone = StandaloneCluster(folder / "cluster").start()
     started = [p.pid for p in standalone.processes]
-    state = None
+    # the server's settings as a supervised `ingest spark run` on the driver takes them (INGEST_SPARK_CONF)
+    settings = folder / "spark.conf"
+    settings.write_text("".join(f"{k} {v}\n" for k, v in {
+        "spark.master": standalone.url, "spark.executor.memory": "768m", "spark.executor.cores": "1",
+        "spark.pyspark.python": str(python), "spark.ui.enabled": "true", "spark.ui.port": str(ui)}.items()))
+    states = []
     try:
-        state = connect.start_local(folder / "spark", {
-            "spark.master": standalone.url, "spark.executor.memory": "768m", "spark.executor.cores": "1",
-            "spark.pyspark.python": str(python), "spark.ui.enabled": "true", "spark.ui.port": str(ui)})
-        yield state, ui, python
+        states.append(connect.start_local(folder / "spark", connect.configured_conf(
+            {"INGEST_SPARK_CONF": str(settings)})))
+        yield Cluster(folder / "spark", settings, ui, python)
         started += executor_pids()
     finally:
-        connect.stop_local(folder / "spark")
+        states.append(connect.stop_local(folder / "spark"))  # the one running now: a test may have replaced it
         standalone.stop()
-    assert [pid for pid in (*started, *([state.pid] if state else [])) if alive(pid)] == []
+    assert [pid for pid in (*started, *(s.pid for s in states if s)) if alive(pid)] == []
+
+
+@dataclass(frozen=True)
+class Cluster:
+    state_dir: Path
+    """The Connect server's state (INGEST_SPARK_STATE_DIR): the server running now, its port and log."""
+    settings: Path
+    """Its settings file (INGEST_SPARK_CONF)."""
+    ui: int
+    """Its status API's port."""
+    python: Path
+    """The workers' Python."""
+
+    @property
+    def server(self):
+        from ingest.lake import connect
+
+        return connect.read_state(self.state_dir)
 
 
 def executor_pids(executor_id: str | None = None) -> list[int]:
@@ -104,9 +128,9 @@ def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in
 
     from ingest.lake.spark import spark_session
 
-    local, (server, _, python) = spark, cluster
+    local, python = spark, cluster.python
     folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-lake-"))
-    spark = spark_session(server.url)
+    spark = spark_session(cluster.server.url)
     try:
         assert spark.conf.get("spark.master").startswith("spark://") and local.conf.get("spark.master") == "local[2]"
         path = str(folder / "t")
@@ -198,93 +222,146 @@ def source_runs(instance, source: str):
     return instance.get_runs(RunsFilter(tags={"ingest/source": source}))
 
 
-def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
-        cluster, mariadb, pg, aws, dagster_postgres, tmp_path, monkeypatch):
-    """Snapshots with an executor killed mid-task, sensor batches read on the executors with one killed in
-    each, then reconciliation and maintenance, then the code server and the daemon killed: silver equals
-    the source after each (the module's docstring has the layout)."""
+def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server_and_process_kills(
+        cluster, mariadb, pg, aws, dynamodb, dagster_postgres, tmp_path, monkeypatch):
+    """Snapshots with an executor killed mid-task, sensor batches (MySQL's and PostgreSQL's read on the
+    executors, one killed in each), reconciliation, maintenance and dbt, then the code server, the daemon
+    and the Connect server killed: silver equals the source after each (the module's docstring has the
+    layout)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     from ingest.lake.merge import live_rows
     from ingest.lake.spark import spark_session
     from ingest.lake.storage import s3a_conf
-    from ingest.localdev.processes import free_port, stop_group
+    from ingest.localdev import demo, demo_dynamodb
+    from ingest.localdev.processes import alive, free_port, stop_group
 
-    server, ui, _ = cluster
+    ui = cluster.ui
     began = time.monotonic()
 
     def say(what: str) -> None:  # the test's timeline, shown when it fails
         print(f"{time.monotonic() - began:7.1f} s  {what}", flush=True)
 
-    server_log = Path(server.log)
+    server_log = Path(cluster.server.log)  # every server the state folder records appends to it
     bucket = "cluster-lake"
-    boto3.client("s3", endpoint_url=aws.endpoint_url, region_name="us-east-1").create_bucket(Bucket=bucket)
+    s3 = boto3.client("s3", endpoint_url=aws.endpoint_url, region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
 
-    # the sources: MySQL `shop.orders` and PostgreSQL `bank.public.accounts`
+    # the sources: MySQL `shop.orders`, PostgreSQL `bank.public.accounts`, DynamoDB `carts`, and the dbt
+    # project's MySQL `demo` (customers, products, orders, order lines)
     with mariadb.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE cluster_shop")
         cur.execute("CREATE TABLE cluster_shop.orders (id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(12,2))")
         cur.execute(f"INSERT INTO cluster_shop.orders SELECT seq, seq % 97, CONCAT('order ', seq), seq / 8 "
                     f"FROM cluster_shop.seq_1_to_{ROWS}")
+    demo.seed(mariadb, "cluster_demo", customers=200, orders=1000)
     bank = pg.create_database("bank")
     with pg.connect(bank) as conn:
         conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, v int, s varchar(40), d numeric(12,2))")
         conn.execute(f"INSERT INTO accounts SELECT g, g % 97, 'account ' || g, round(g / 8.0, 2) "
                      f"FROM generate_series(1, {ROWS}) g")
         conn.execute("CREATE PUBLICATION bank_pub FOR TABLE accounts")
+    carts = demo_dynamodb.client(dynamodb.endpoint_url)
+    demo_dynamodb.seed(carts, 2000)
     monkeypatch.setenv("INGEST_TEST_PG_PASSWORD", pg.password)
-    # small enough that every batch below is read on the executors
-    cdc = {"min_interval_seconds": 1, "executor_min_bytes": 64 * 1024}
+    # small enough that every MySQL and PostgreSQL batch below is read on the executors
+    cdc = {"min_interval_seconds": 1, "executor_min_bytes": 64 * 1024, "retry_backoff_seconds": 2}
     snapshot = {"chunk_size": 2000, "parallelism": 2, "chunks_per_commit": 1}
+    mysql = {"host": "127.0.0.1", "port": mariadb.port, "user": "ingest", "password_env": "INGEST_TEST_MYSQL_PASSWORD",
+             "snapshot": snapshot}
     sources = tmp_path / "sources.yaml"
     sources.write_text(yaml.safe_dump({"sources": {
-        "shop": {"host": "127.0.0.1", "port": mariadb.port, "user": "ingest",
-                 "password_env": "INGEST_TEST_MYSQL_PASSWORD", "database": "cluster_shop",
-                 "tables": {"include": ["orders"], "history": ["orders"]}, "snapshot": snapshot, "cdc": cdc},
+        "shop": {**mysql, "database": "cluster_shop", "tables": {"include": ["orders"], "history": ["orders"]},
+                 "cdc": cdc},
         "bank": {"kind": "postgres", "host": pg.host, "port": pg.port, "user": pg.user,
                  "password_env": "INGEST_TEST_PG_PASSWORD", "database": bank, "publication": "bank_pub",
-                 "slot": "bank_slot", "tables": {"include": ["accounts"]}, "snapshot": snapshot, "cdc": cdc}}}))
+                 "slot": "bank_slot", "tables": {"include": ["accounts"]}, "snapshot": snapshot, "cdc": cdc},
+        "carts": {"kind": "dynamodb", "region": "us-east-1", "endpoint_url": dynamodb.endpoint_url,
+                  "tables": ["carts"], "attributes": {"carts": CART_TYPES},
+                  "snapshot": {"segments": 4, "segments_per_commit": 2}, "cdc": {"min_interval_seconds": 1}},
+        # what dbt reads: its sensor merges the snapshots into silver
+        "demo": {**mysql, "database": "cluster_demo", "tables": {"include": DEMO_TABLES}, "cdc": cdc}},
+        "dbt": {"project_dir": str(ROOT / "dbt_project")}}))
 
     # the instance: the shipped dagster.yaml with its PostgreSQL storage
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "deploy" / "dagster.yaml").read_text() + "\n"
                                        + (ROOT / "deploy" / "dagster-postgres.yaml").read_text())
+    # the Connect server is the embedded one of the driver's host, as deploy/systemd's ingest-spark unit
+    # runs it: every process finds it through its state folder, whatever port a restart gave it
     env = {**os.environ, "DAGSTER_HOME": str(home), "INGEST_SOURCES": str(sources),
-           "INGEST_LAKE_ROOT": f"s3://{bucket}/lake", "INGEST_SPARK_REMOTE": server.url,
-           "INGEST_LOCAL_DIR": str(tmp_path / "local"), "INGEST_CODE_SERVER_PORT": str(free_port())}
+           "INGEST_LAKE_ROOT": f"s3://{bucket}/lake", "INGEST_SPARK_STATE_DIR": str(cluster.state_dir),
+           "INGEST_SPARK_CONF": str(cluster.settings), "INGEST_LOCAL_DIR": str(tmp_path / "local"),
+           "INGEST_CODE_SERVER_PORT": str(free_port())}
+    env.pop("INGEST_SPARK_REMOTE", None)  # the tests' local server
     instance = DagsterInstance.from_config(str(home))
 
-    # 1. the snapshots, from the command line as a user starts them; an executor dies mid-snapshot
-    def materialize(key: str) -> subprocess.Popen:
-        return subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "asset", "materialize", "-m",
-                                 "ingest.defs.definitions", "--select", key], cwd=ROOT, env=env,
-                                stdout=open(tmp_path / f"{key.replace('/', '_')}.log", "w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    commands: list[subprocess.Popen] = []  # stopped at the end, should the test fail while one runs
 
-    shop_snapshot = materialize("shop/orders/snapshot")
+    def dagster(*args: str, log: str) -> subprocess.Popen:
+        commands.append(subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster"), *args, "-m", "ingest.defs.definitions"], cwd=ROOT, env=env,
+            stdout=open(tmp_path / f"{log}.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+        return commands[-1]
+
+    def succeeded(process: subprocess.Popen, log: str, timeout: float = 600) -> None:
+        assert process.wait(timeout) == 0, (log, (tmp_path / f"{log}.log").read_text()[-4000:])
+
+    # 1. the snapshots, from the command line as a user starts them; an executor dies mid-snapshot
+    shop_snapshot = dagster("asset", "materialize", "--select", "shop/orders/snapshot", log="shop_snapshot")
     kill_a_busy_executor(ui, server_log, "in the MySQL snapshot")
-    assert shop_snapshot.wait(300) == 0, (tmp_path / "shop_orders_snapshot.log").read_text()[-4000:]
+    succeeded(shop_snapshot, "shop_snapshot")
     say("executor killed in the MySQL snapshot")
-    bank_snapshot = materialize("bank/accounts/snapshot")
-    assert bank_snapshot.wait(300) == 0, (tmp_path / "bank_accounts_snapshot.log").read_text()[-4000:]
+    others = {"bank_snapshot": "bank/accounts/snapshot", "carts_snapshot": "carts/carts/snapshot",
+              "demo_snapshot": ",".join(f"demo/{t}/snapshot" for t in DEMO_TABLES)}
+    for log, process in [(log, dagster("asset", "materialize", "--select", keys, log=log))
+                         for log, keys in others.items()]:
+        succeeded(process, log)
     say("snapshots done")
 
-    # 2. the code server and the daemon, as deploy/systemd's units run them, supervised
+    # 2. the Connect server, the code server and the daemon, as deploy/systemd's units run them, supervised
+    # (the server's unit finds the server the module started, recorded in the state folder, and keeps it)
     units = tmp_path / "units"
     units.mkdir()
-    for name in ("ingest-code-server", "ingest-daemon"):
+    for name in ("ingest-spark", "ingest-code-server", "ingest-daemon"):
         shutil.copy(ROOT / "deploy" / "systemd" / f"{name}.service", units)
     supervisor = subprocess.Popen(
         [sys.executable, "-m", "ingest.localdev.supervise", "--units", str(units), "--state", str(tmp_path / "sup")],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=open(tmp_path / "supervise.log", "w"),
         stderr=subprocess.STDOUT, start_new_session=True)
-    spark = spark_session(server.url, s3a_conf(aws.endpoint_url, "us-east-1", os.environ["AWS_ACCESS_KEY_ID"],
-                                               os.environ["AWS_SECRET_ACCESS_KEY"], None))
+    sessions: dict[int, object] = {}
 
-    def silver(source: str, table: str) -> list[tuple]:
-        df = live_rows(spark.read.format("delta").load(f"s3a://{bucket}/lake/{source}/{table}/silver"))
-        return sorted(tuple(r) for r in df.select("id", "v", "s", "d").collect())
+    def lake():
+        """A session to the server running now (a new one after the server was replaced)."""
+        def listening():
+            server = cluster.server
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+                return server
+            except (AttributeError, OSError):  # none recorded yet, or not listening yet
+                return None
+
+        server = wait_for(listening, 120, "a Connect server listening")
+        if server.pid not in sessions:
+            for old in sessions.values():
+                old.stop()
+            sessions.clear()
+            sessions[server.pid] = spark_session(server.url, s3a_conf(
+                aws.endpoint_url, "us-east-1", os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"],
+                None))
+        return sessions[server.pid]
+
+    def table(source: str, name: str, layer: str = "silver"):
+        return lake().read.format("delta").load(f"s3a://{bucket}/lake/{source}/{name}/{layer}")
+
+    def silver(source: str, name: str) -> list[tuple]:
+        if source == "carts":
+            df = live_rows(table(source, name)).selectExpr("cart_id", "customer_id", "total", "status",
+                                                           "array_sort(skus)")
+        else:
+            df = live_rows(table(source, name)).select("id", "v", "s", "d")
+        return sorted((tuple(r) for r in df.collect()), key=lambda r: r[0])  # by key: other columns may be NULL
 
     def shop_rows() -> list[tuple]:
         with mariadb.connect() as conn, conn.cursor() as cur:
@@ -295,15 +372,36 @@ def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
         with pg.connect(bank) as conn:
             return [tuple(r) for r in conn.execute("SELECT id, v, s, d FROM accounts ORDER BY id").fetchall()]
 
-    def converged(source: str, table: str, rows) -> bool:
-        return not any(not r.is_finished for r in source_runs(instance, source)) and silver(source, table) == rows()
+    def cart_rows() -> list[tuple]:
+        from decimal import Decimal
 
-    def batch_killed_mid_read(source: str, table: str, write) -> str:
-        """Write a large change, wait for the sensor's run to append it from the executors, kill one of
-        them then; the run it was in."""
+        def value(item: dict, name: str, kind: str, convert):  # an update of a missing cart makes one without
+            return convert(item[name][kind]) if name in item else None
+
+        return sorted(((i["cart_id"]["S"], value(i, "customer_id", "N", int), value(i, "total", "N", Decimal),
+                        value(i, "status", "S", str), value(i, "skus", "SS", sorted))
+                       for page in carts.get_paginator("scan").paginate(TableName="carts") for i in page["Items"]),
+                      key=lambda r: r[0])
+
+    def converged(source: str, name: str, rows) -> bool:
+        return not any(not r.is_finished for r in source_runs(instance, source)) and silver(source, name) == rows()
+
+    def demo_merged() -> bool:
+        """Every demo table's silver holds its snapshot (the source does not change)."""
+        def count(name: str) -> int:
+            with mariadb.connect(database="cluster_demo") as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {name}")
+                return cur.fetchone()[0]
+
+        return not any(not r.is_finished for r in source_runs(instance, "demo")) and all(
+            s3.list_objects_v2(Bucket=bucket, Prefix=f"lake/demo/{t}/silver/_delta_log/")["KeyCount"]
+            and live_rows(table("demo", t)).count() == count(t) for t in DEMO_TABLES)
+
+    def batch_read_by_executors(source: str, name: str, write) -> str:
+        """Write a large change and wait for the sensor's run to append it from the executors; that run."""
         seen = {r.run_id for r in source_runs(instance, source)}
         write()
-        marker = re.compile(rf"bronze {source}/{table} batch \S+: appending the changes read by executors")
+        marker = re.compile(rf"bronze {source}/{name} batch \S+: appending the changes read by executors")
 
         def reading():
             for run in source_runs(instance, source):
@@ -311,79 +409,117 @@ def test_two_sources_on_a_cluster_sync_by_their_sensors_through_executor_kills(
                     return run.run_id
             return None
 
-        run_id = wait_for(reading, 240, f"the {source} sensor's batch run to read on the executors")
-        kill_a_busy_executor(ui, server_log, f"in {source}'s batch")
-        say(f"executor killed in {source}'s batch run {run_id}")
-        return run_id
+        return wait_for(reading, 240, f"the {source} sensor's batch run to read on the executors", every=0.5)
+
+    def shop_write():
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute("UPDATE cluster_shop.orders SET v = v + 1, s = CONCAT(s, ' updated')")
+            cur.execute("DELETE FROM cluster_shop.orders WHERE id % 10 = 3")
+            cur.execute(f"INSERT INTO cluster_shop.orders SELECT {ROWS} + seq, seq, 'late', seq / 4 "
+                        "FROM cluster_shop.seq_1_to_500")
+            conn.commit()
+
+    def bank_write():
+        with pg.connect(bank) as conn:
+            conn.execute("UPDATE accounts SET v = v + 1, s = s || ' updated'")
+            conn.execute("DELETE FROM accounts WHERE id % 10 = 3")
+            conn.execute(f"INSERT INTO accounts SELECT {ROWS} + g, g, 'late', g / 4.0 "
+                         "FROM generate_series(1, 500) g")
 
     try:
         # 3. each sensor's batches: a large one (every row updated, some deleted and inserted) read on the
-        # executors, an executor killed during the read
-        def shop_write():
-            with mariadb.connect() as conn, conn.cursor() as cur:
-                cur.execute("UPDATE cluster_shop.orders SET v = v + 1, s = CONCAT(s, ' updated')")
-                cur.execute("DELETE FROM cluster_shop.orders WHERE id % 10 = 3")
-                cur.execute(f"INSERT INTO cluster_shop.orders SELECT {ROWS} + seq, seq, 'late', seq / 4 "
-                            "FROM cluster_shop.seq_1_to_500")
-                conn.commit()
-
-        def bank_write():
-            with pg.connect(bank) as conn:
-                conn.execute("UPDATE accounts SET v = v + 1, s = s || ' updated'")
-                conn.execute("DELETE FROM accounts WHERE id % 10 = 3")
-                conn.execute(f"INSERT INTO accounts SELECT {ROWS} + g, g, 'late', g / 4.0 "
-                             "FROM generate_series(1, 500) g")
-
-        killed = {"shop": batch_killed_mid_read("shop", "orders", shop_write),
-                  "bank": batch_killed_mid_read("bank", "accounts", bank_write)}
-        wait_for(lambda: converged("shop", "orders", shop_rows), 600, "shop's silver to equal the source")
-        say("shop converged")
-        wait_for(lambda: converged("bank", "accounts", bank_rows), 600, "bank's silver to equal the source")
-        say("bank converged")
+        # executors, an executor killed during the read; DynamoDB's carts opened, changed and checked out
+        killed = {}
+        for source, name, write in (("shop", "orders", shop_write), ("bank", "accounts", bank_write)):
+            killed[source] = batch_read_by_executors(source, name, write)
+            kill_a_busy_executor(ui, server_log, f"in {source}'s batch")
+            say(f"executor killed in {source}'s batch run {killed[source]}")
+        # the maintenance job (compaction, vacuum and retention of every table) as its schedule may start it,
+        # while the batches commit: the lake's write locks take turns per table
+        maintenance = dagster("job", "execute", "-j", "lake_maintenance", log="lake_maintenance")
+        demo_dynamodb.write_forever(carts, every=0, rounds=150)
+        for source, name, rows in (("shop", "orders", shop_rows), ("bank", "accounts", bank_rows),
+                                   ("carts", "carts", cart_rows)):
+            wait_for(lambda: converged(source, name, rows), 600, f"{source}'s silver to equal the source", every=2)
+            say(f"{source} converged")
+        wait_for(demo_merged, 300, "the demo source's silver tables to hold their snapshots", every=2)
+        say("demo merged")
         # Spark ran the lost tasks again: the runs an executor died in completed their batches themselves
         for source, run_id in killed.items():
             assert instance.get_run_by_id(run_id).status.value == "SUCCESS", (source, messages(instance, run_id)[-20:])
         # SCD2 history merged on the cluster too: the snapshot's version and the update's of each key
         # still there, one current version per live key
-        history = spark.read.format("delta").load(f"s3a://{bucket}/lake/shop/orders/history")
+        history = table("shop", "orders", "history")
         assert history.where("_current").count() == len(shop_rows())
         assert history.where(f"id <= {ROWS} AND id % 10 != 3").groupBy("id").count().where("count = 2").count() \
             == len([i for i in range(1, ROWS + 1) if i % 10 != 3])
 
-        # 4. the jobs the schedules launch, run on the cluster from the command line: reconciliation
-        # (each silver table against its source, by key-range checksums) and maintenance (compaction,
-        # vacuum and retention of every table), then silver still the source's
-        # (both at once, as their schedules may start them)
-        jobs = {name: subprocess.Popen(
-            [str(Path(sys.executable).parent / "dagster"), "job", "execute", "-m", "ingest.defs.definitions",
-             "-j", name], cwd=ROOT, env=env, stdout=open(tmp_path / f"{name}.log", "w"), stderr=subprocess.STDOUT)
-            for name in ("reconcile_silver", "lake_maintenance")}
+        # 4. the other jobs the schedules launch, run on the cluster from the command line at once:
+        # reconciliation (each silver table against its source, by key-range checksums) and the dbt models
+        jobs = {"reconcile_silver": dagster("job", "execute", "-j", "reconcile_silver", log="reconcile_silver"),
+                "dbt": dagster("asset", "materialize", "--select", "group:analytics", log="dbt"),
+                "lake_maintenance": maintenance}
         for name, job in jobs.items():
-            assert job.wait(600) == 0, (name, (tmp_path / f"{name}.log").read_text()[-4000:])
+            succeeded(job, name)
         (reconciled,) = instance.get_runs(RunsFilter(job_name="reconcile_silver"))
         evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in instance.get_records_for_run(
             reconciled.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records]
-        assert sorted(e.asset_key.to_user_string() for e in evaluations if e.passed) == ["bank/accounts", "shop/orders"]
+        assert sorted(e.asset_key.to_user_string() for e in evaluations if e.passed) == sorted(
+            ["bank/accounts", "carts/carts", "shop/orders", *(f"demo/{t}" for t in DEMO_TABLES)])
         assert silver("shop", "orders") == shop_rows() and silver("bank", "accounts") == bank_rows()
-        say("reconciled and maintained")
+        assert silver("carts", "carts") == cart_rows()
+        # the mart dbt built on the cluster from silver, against what the source database computes
+        mart = lake().read.format("delta").load(f"s3a://{bucket}/lake/dbt/customer_orders").collect()
+        with mariadb.connect(database="cluster_demo") as conn, conn.cursor() as cur:
+            cur.execute(DEMO_MART)
+            assert sorted((r.customer_id, r.orders, r.revenue) for r in mart) == sorted(tuple(r) for r in cur.fetchall())
+        say("reconciled, maintained, dbt built")
 
         # 5. the code server, then the daemon, killed as the OOM killer would: the supervisor starts each
-        # again, the sensor ticks within 60 s of the kill, and a later change still reaches silver
+        # again, and the sensor ticks within 60 s of the kill
         for unit in ("ingest-code-server", "ingest-daemon"):
             pid_file = tmp_path / "sup" / f"{unit}.pid"
-            killed = int(pid_file.read_text())
-            os.killpg(killed, signal.SIGKILL)
+            gone = int(pid_file.read_text())
+            os.killpg(gone, signal.SIGKILL)
             at = time.time()
             wait_for(lambda: ticks_after(instance, "shop_binlog_sensor", at + 1), 90,
                      f"the shop sensor to tick again after {unit} was killed")
             resumed = time.time() - at
             say(f"the sensor ticked again {resumed:.1f} s after {unit} was killed")
-            assert int(pid_file.read_text()) != killed and resumed < 60
-        with mariadb.connect() as conn, conn.cursor() as cur:
-            cur.execute("UPDATE cluster_shop.orders SET s = 'after the kills' WHERE id <= 10")
-        wait_for(lambda: converged("shop", "orders", shop_rows), 300, "shop's silver to take the later change")
-        say("shop converged after the kills")
+            assert int(pid_file.read_text()) != gone and resumed < 60
+
+        # 6. a later change, and the Connect server (the cluster's driver) killed while the batch's executors
+        # read it: the run fails by itself, the supervisor starts a new server on the cluster, and the
+        # sensor's next run commits the batch; bronze holds each change once
+        doomed = cluster.server
+
+        def later_change():
+            with mariadb.connect() as conn, conn.cursor() as cur:
+                cur.execute("UPDATE cluster_shop.orders SET s = 'after the kills' WHERE id <= 3000")
+
+        run_id = batch_read_by_executors("shop", "orders", later_change)
+        os.kill(doomed.pid, signal.SIGKILL)
+        say(f"Connect server {doomed.pid} killed in shop's batch run {run_id}")
+        wait_for(lambda: converged("shop", "orders", shop_rows), 600, "shop's silver after the server was killed",
+                 every=2)
+        say("shop converged after the server was killed")
+        replaced = cluster.server
+        assert replaced.pid != doomed.pid and not alive(doomed.pid)
+        assert lake().conf.get("spark.master").startswith("spark://")  # the new server is the cluster's driver
+        assert instance.get_run_by_id(run_id).status.value == "FAILURE", messages(instance, run_id)[-20:]
+        bronze = table("shop", "orders", "bronze")
+        assert bronze.count() == bronze.select("_pos").distinct().count()
     finally:
-        spark.stop()
+        for session in sessions.values():
+            session.stop()
+        for command in commands:
+            stop_group(command, signal.SIGTERM, timeout=30)
         stop_group(supervisor, signal.SIGTERM, timeout=60)
         instance.dispose()
+
+
+CART_TYPES = {"customer_id": "bigint", "total": "decimal(12,2)", "status": "string", "skus": "array<string>"}
+DEMO_TABLES = ["customers", "products", "orders", "order_lines"]
+# what dbt_project's `customer_orders` mart holds, as the source database computes it from its live rows
+DEMO_MART = ("SELECT c.id, COUNT(o.id), COALESCE(SUM(CASE WHEN o.status <> 'cancelled' THEN o.total END), 0) "
+             "FROM customers c LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.id")
