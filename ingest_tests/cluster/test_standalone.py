@@ -134,8 +134,8 @@ def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in
     try:
         assert spark.conf.get("spark.master").startswith("spark://") and local.conf.get("spark.master") == "local[2]"
         path = str(folder / "t")
-        spark.range(0, 100_000, numPartitions=4).selectExpr("id", "id % 7 AS k").write.format("delta").save(path)
-        assert spark.read.format("delta").load(path).where("k = 3").count() == len(range(3, 100_000, 7))
+        spark.range(0, 20_000, numPartitions=4).selectExpr("id", "id % 7 AS k").write.format("delta").save(path)
+        assert spark.read.format("delta").load(path).where("k = 3").count() == len(range(3, 20_000, 7))
 
         @F.udf("string")
         def python_worker(_):
@@ -254,7 +254,7 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         cur.execute("CREATE TABLE cluster_shop.orders (id INT PRIMARY KEY, v INT, s VARCHAR(40), d DECIMAL(12,2))")
         cur.execute(f"INSERT INTO cluster_shop.orders SELECT seq, seq % 97, CONCAT('order ', seq), seq / 8 "
                     f"FROM cluster_shop.seq_1_to_{ROWS}")
-    demo.seed(mariadb, "cluster_demo", customers=200, orders=1000)
+    demo.seed(mariadb, "cluster_demo", customers=50, orders=200)
     bank = pg.create_database("bank")
     with pg.connect(bank) as conn:
         conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, v int, s varchar(40), d numeric(12,2))")
@@ -280,7 +280,8 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
                   "tables": ["carts"], "attributes": {"carts": CART_TYPES},
                   "snapshot": {"segments": 4, "segments_per_commit": 2}, "cdc": {"min_interval_seconds": 1}},
         # what dbt reads: its sensor merges the snapshots into silver
-        "demo": {**mysql, "database": "cluster_demo", "tables": {"include": DEMO_TABLES}, "cdc": cdc}},
+        "demo": {**mysql, "database": "cluster_demo", "tables": {"include": DEMO_TABLES},
+                 "cdc": {**cdc, "min_interval_seconds": 5}}},
         "dbt": {"project_dir": str(ROOT / "dbt_project")}}))
 
     # the instance: the shipped dagster.yaml with its PostgreSQL storage
@@ -437,7 +438,7 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         # the maintenance job (compaction, vacuum and retention of every table) as its schedule may start it,
         # while the batches commit: the lake's write locks take turns per table
         maintenance = dagster("job", "execute", "-j", "lake_maintenance", log="lake_maintenance")
-        demo_dynamodb.write_forever(carts, every=0, rounds=150)
+        demo_dynamodb.write_forever(carts, every=0, rounds=60)
         for source, name, rows in (("shop", "orders", shop_rows), ("bank", "accounts", bank_rows),
                                    ("carts", "carts", cart_rows)):
             wait_for(lambda: converged(source, name, rows), 600, f"{source}'s silver to equal the source", every=2)
@@ -495,7 +496,7 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
 
         def later_change():
             with mariadb.connect() as conn, conn.cursor() as cur:
-                cur.execute("UPDATE cluster_shop.orders SET s = 'after the kills' WHERE id <= 3000")
+                cur.execute("UPDATE cluster_shop.orders SET s = 'after the kills' WHERE id <= 1500")
 
         run_id = batch_read_by_executors("shop", "orders", later_change)
         os.kill(doomed.pid, signal.SIGKILL)
