@@ -65,8 +65,8 @@ class Retention:
 
 def maintain(spark, path: str, retention: Retention, log: Callable[[str], None]) -> dict[str, Any]:
     """Retention properties, OPTIMIZE and VACUUM on the Delta table at `path`; what each did."""
-    from ingest.lake.deltalog import is_delta_table, table_properties, table_size
-    from ingest.lake.merge import CHANGE_DATA_FEED, Layout, delta_path, set_properties
+    from ingest.lake.deltalog import is_delta_table, table_size
+    from ingest.lake.merge import CHANGE_DATA_FEED, Layout, delta_path, properties_of, set_properties
     from ingest.lake.tables import HISTORY, SILVER
     from ingest.lake.write import session_conf
 
@@ -80,9 +80,7 @@ def maintain(spark, path: str, retention: Retention, log: Callable[[str], None])
         size = table_size(path)
         return size[1] if size else int(spark.sql(f"DESCRIBE DETAIL {table}").select("numFiles").first()[0])
 
-    have = table_properties(path)
-    if have is None:
-        have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    have = properties_of(spark, path)
     want = retention.properties()
     # tables made before silver recorded the feed; one opted out of it says false (see Layout)
     if path.rstrip("/").rsplit("/", 1)[-1] in (SILVER, HISTORY) and CHANGE_DATA_FEED not in have:

@@ -142,13 +142,20 @@ def apply_layout(spark, path: str, layout: Layout, columns: Sequence[str]) -> No
     """Set the layout's properties on an existing table whose properties differ (a table opted in or out
     after it was made). Read from the newest commit's checksum file, so a table already laid out costs
     no query; a log without one asks the server."""
+    have = properties_of(spark, path)
+    set_properties(spark, path, layout.wanted(columns), {k: str(v).lower() for k, v in have.items()},
+                   "table properties")
+
+
+def properties_of(spark, path: str) -> dict[str, str]:
+    """The table properties of the Delta table at `path`: from the newest commit's checksum file, so a
+    table costs no query; a log without one asks the server."""
     from ingest.lake.deltalog import table_properties
 
     have = table_properties(path)
     if have is None:
         have = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {delta_path(path)}").collect()}
-    set_properties(spark, path, layout.wanted(columns), {k: str(v).lower() for k, v in have.items()},
-                   "table properties")
+    return have
 
 
 def set_properties(spark, path: str, want: dict[str, str], have: dict[str, str], what: str) -> dict[str, str]:

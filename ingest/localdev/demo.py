@@ -29,6 +29,11 @@ SCHEMA = [
 ]
 
 
+CUSTOMER_ORDERS = ("SELECT c.id, COUNT(o.id), COALESCE(SUM(CASE WHEN o.status <> 'cancelled' THEN o.total END), 0) "
+                   "FROM customers c LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.id")
+"""What dbt_project's `customer_orders` mart holds (customer, orders, revenue), as the shop database
+computes it from its live rows: what the tests check the mart against."""
+
 def seed(server: MariaDBServer, database: str = "shop", customers: int = 2_000, orders: int = 20_000) -> None:
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{database}`")

@@ -472,7 +472,7 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         # the mart dbt built on the cluster from silver, against what the source database computes
         mart = lake().read.format("delta").load(f"s3a://{bucket}/lake/dbt/customer_orders").collect()
         with mariadb.connect(database="cluster_demo") as conn, conn.cursor() as cur:
-            cur.execute(DEMO_MART)
+            cur.execute(demo.CUSTOMER_ORDERS)
             assert sorted((r.customer_id, r.orders, r.revenue) for r in mart) == sorted(tuple(r) for r in cur.fetchall())
         say("reconciled, maintained, dbt built")
 
@@ -521,6 +521,3 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
 
 CART_TYPES = {"customer_id": "bigint", "total": "decimal(12,2)", "status": "string", "skus": "array<string>"}
 DEMO_TABLES = ["customers", "products", "orders", "order_lines"]
-# what dbt_project's `customer_orders` mart holds, as the source database computes it from its live rows
-DEMO_MART = ("SELECT c.id, COUNT(o.id), COALESCE(SUM(CASE WHEN o.status <> 'cancelled' THEN o.total END), 0) "
-             "FROM customers c LEFT JOIN orders o ON o.customer_id = c.id GROUP BY c.id")
