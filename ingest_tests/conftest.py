@@ -76,11 +76,11 @@ def dynamodb():
     """DynamoDB Local (AWS's emulator, with Streams), one per test module: after some 20k stream
     records one instance writes later stream tables several times slower. Stopped by PID."""
     from ingest.localdev.dynamodb_local import DynamoDBLocal
-    from ingest.localdev.processes import LOCAL_CREDENTIALS
+    from ingest.localdev.processes import LOCAL_CREDENTIALS, SHORT_LIVED_JVM
 
     for key, value in LOCAL_CREDENTIALS.items():
         os.environ.setdefault(key, value)
-    server = DynamoDBLocal(free_port()).start()
+    server = DynamoDBLocal(free_port(), java_options=SHORT_LIVED_JVM).start()
     yield server
     server.stop()
 
@@ -136,7 +136,7 @@ def dagster_postgres(monkeypatch):
         server.stop()
 
 
-# The longest test files first: two xdist workers take a file at a time (--dist loadfile), and a long
+# The longest test files first: the xdist workers take a file at a time (--dist loadfile), and a long
 # file handed out last keeps one worker busy while the other has nothing left to do.
 _LONGEST_FIRST = ("test_kill_harness.py", "test_standalone.py", "test_operations.py", "test_cdc_edges.py",
                   "test_dynamodb.py", "test_cdc_e2e.py", "test_cdc_property.py", "test_postgres_changes.py",

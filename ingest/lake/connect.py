@@ -149,15 +149,31 @@ def lacks_class(error: BaseException | str, class_name: str) -> bool:
     return re.search(r"ClassNotFoundException\)?:? +" + re.escape(class_name) + r"(?![\w.$])", str(error)) is not None
 
 
+def in_a_task(error: BaseException | str) -> bool:
+    """Whether a Spark error is a task's failure on an executor rather than the server's own (pure): its
+    message says a task was lost, or its JVM stack runs through an executor's task runner."""
+    import re
+
+    return re.search(r"\bLost task [0-9.]+ in stage\b|\bTask [0-9]+ in stage [0-9.]+ failed\b|"
+                     r"\bat org\.apache\.spark\.executor\.Executor\$TaskRunner\.", str(error)) is not None
+
+
 @contextmanager
 def jdbc_driver(driver: str, database: str) -> Iterator[None]:
-    """Spark's error for a server without the JDBC driver `driver` (of `database`), as one that names the
-    driver and the fix."""
+    """Spark's error for a server, or its executors, without the JDBC driver `driver` (of `database`), as
+    one that names the driver, where it is missing and the fix."""
     try:
         yield
     except Exception as exc:
         if not lacks_class(exc, driver):
             raise
+        if in_a_task(exc):  # the server loaded it to plan the read; the executors that read could not
+            raise MissingJarsError(
+                f"the Spark cluster's executors have no {database} JDBC driver ({driver}), though its server "
+                "has one: snapshots and reconciliation read the source on the executors. Fix: give the "
+                "executors the jars of jvm/pom.xml too: the server's --jars or spark.jars ship them (a jar on "
+                "spark.driver.extraClassPath reaches the server alone), or spark.executor.extraClassPath "
+                "names them on every worker host") from exc
         raise MissingJarsError(
             f"the Spark server has no {database} JDBC driver ({driver}), which snapshots and reconciliation read "
             "the source with. Fix: start it with the jars of jvm/pom.xml (bin/setup fetches them into jvm/jars, "

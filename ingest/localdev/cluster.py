@@ -49,11 +49,26 @@ class StandaloneCluster:
         self.processes.append(self._spark_class(
             "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port),
             "--webui-port", str(self.ui_port), log="master.log"))
-        for i in range(self.workers):
-            self.processes.append(self._spark_class(
-                "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores",
-                str(self.cores_per_worker), "--memory", self.memory_per_worker, "--webui-port", str(free_port()),
-                "--work-dir", str(self.folder / f"work-{i}"), log=f"worker-{i}.log"))
+        self.processes += [self._worker(i) for i in range(self.workers)]
+        self.wait_for_workers(timeout)
+        return self
+
+    def _worker(self, i: int) -> subprocess.Popen:
+        return self._spark_class(
+            "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores",
+            str(self.cores_per_worker), "--memory", self.memory_per_worker, "--webui-port", str(free_port()),
+            "--work-dir", str(self.folder / f"work-{i}"), log=f"worker-{i}.log")
+
+    def restart_dead_workers(self, timeout: float = 90.0) -> None:
+        """Start again each worker that died (as its host's supervisor would), and wait until the master
+        counts them alive."""
+        for i, worker in enumerate(self.processes[1:], start=1):  # after the master
+            if worker.poll() is not None:
+                self.processes[i] = self._worker(i - 1)
+        self.wait_for_workers(timeout)
+
+    def wait_for_workers(self, timeout: float = 90.0) -> None:
+        """Until the master counts every worker alive."""
         deadline = time.monotonic() + timeout
         while self.alive_workers() < self.workers:
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
@@ -61,7 +76,6 @@ class StandaloneCluster:
                 raise RuntimeError(f"the standalone cluster at {self.url} did not get {self.workers} workers within "
                                    f"{timeout:g} s; logs in {self.folder}")
             time.sleep(0.5)
-        return self
 
     def alive_workers(self) -> int:
         try:

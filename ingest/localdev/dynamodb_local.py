@@ -25,6 +25,8 @@ MAIN = "com.amazonaws.services.dynamodbv2.local.main.ServerRunner"
 class DynamoDBLocal(LoopbackServer):
     db_path: Path | None = None
     """A folder that keeps the tables across restarts; None: in memory."""
+    java_options: tuple[str, ...] = ()
+    """The JVM's options (the tests': processes.SHORT_LIVED_JVM)."""
 
     def command(self) -> list[str]:
         if not any(JARS.glob("DynamoDBLocal-*.jar")):
@@ -32,7 +34,7 @@ class DynamoDBLocal(LoopbackServer):
         # -sharedDb: one database whatever the credentials and region (else one per access key and region)
         store = ["-dbPath", str(self.db_path)] if self.db_path else ["-inMemory"]
         # sqlite4java finds its native library (copied next to the jars) through java.library.path
-        return [shutil.which("java") or "java", f"-Djava.library.path={JARS}", "-cp", f"{JARS}/*", MAIN, *store,
+        return [shutil.which("java") or "java", *self.java_options, f"-Djava.library.path={JARS}", "-cp", f"{JARS}/*", MAIN, *store,
                 "-sharedDb", "-port", str(self.port), "-disableTelemetry"]
 
     def start(self, timeout: float = 60.0) -> DynamoDBLocal:

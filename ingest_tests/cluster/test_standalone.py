@@ -9,7 +9,7 @@ code-server` and the daemon apart (deploy/systemd's units under the project's su
 PostgreSQL (dagster-postgres), the lake on an S3 server with the write locks in DynamoDB Local. MySQL,
 PostgreSQL and DynamoDB sources are snapshotted from the command line, then kept in sync by their sensors
 alone, MySQL's and PostgreSQL's batches read on the executors; executors are SIGKILLed mid-snapshot and
-mid-batch, the reconciliation, maintenance and dbt runs follow, then the code server, the daemon and the
+mid-batch, and a worker JVM mid-batch, the reconciliation, maintenance and dbt runs follow, then the code server, the daemon and the
 Connect server are killed, and silver still equals the source row for row."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def cluster(tmp_path_factory):
     launched and the server are all gone."""
     from ingest.lake import connect
     from ingest.localdev.cluster import StandaloneCluster, worker_python
-    from ingest.localdev.processes import alive, free_port
+    from ingest.localdev.processes import SHORT_LIVED_JVM, alive, free_port
 
     folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-test-"))
     ui = free_port()
@@ -57,12 +57,15 @@ def cluster(tmp_path_factory):
     settings = folder / "spark.conf"
     settings.write_text("".join(f"{k} {v}\n" for k, v in {
         "spark.master": standalone.url, "spark.executor.memory": "768m", "spark.executor.cores": "1",
-        "spark.pyspark.python": str(python), "spark.ui.enabled": "true", "spark.ui.port": str(ui)}.items()))
+        "spark.pyspark.python": str(python), "spark.ui.enabled": "true", "spark.ui.port": str(ui),
+        # the module's JVMs live minutes (and executors are killed): C1 only, as processes.SHORT_LIVED_JVM says
+        "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM),
+        "spark.driver.extraJavaOptions": " ".join((*connect.HEAP_OPTIONS, SHORT_LIVED_JVM[0]))}.items()))
     states = []
     try:
         states.append(connect.start_local(folder / "spark", connect.configured_conf(
             {"INGEST_SPARK_CONF": str(settings)})))
-        yield Cluster(folder / "spark", settings, ui, python)
+        yield Cluster(folder / "spark", settings, ui, python, standalone)
         started += executor_pids()
     finally:
         states.append(connect.stop_local(folder / "spark"))  # the one running now: a test may have replaced it
@@ -80,6 +83,8 @@ class Cluster:
     """Its status API's port."""
     python: Path
     """The workers' Python."""
+    standalone: object
+    """The master and workers (localdev.cluster.StandaloneCluster)."""
 
     @property
     def server(self):
@@ -187,6 +192,43 @@ def test_workers_without_the_project_give_an_error_that_names_it_and_the_fix(mar
         connect.stop_local(folder / "spark")
 
 
+def test_executors_without_a_jdbc_driver_their_server_has_give_an_error_that_names_them_and_the_fix(
+        mariadb, tmp_path, monkeypatch):
+    """A cluster's server with the MariaDB driver on its own classpath (spark.driver.extraClassPath) that
+    does not ship it to its executors: the snapshot fails naming the executors, the driver and the fix,
+    and writes nothing. Spark's local-cluster master gives executors JVMs of their own, as the module's
+    cluster does (whose cores its server holds)."""
+    from ingest.lake import connect
+    from ingest.lake.connect import MissingJarsError
+    from ingest.lake.spark import spark_session
+    from ingest.localdev.processes import SHORT_LIVED_JVM
+    from ingest_tests.integration.conftest import snapshot
+
+    shipped = tmp_path / "jars"  # every jar of jvm/jars but the MariaDB driver: what --jars ships
+    shipped.mkdir()
+    for jar in (ROOT / "jvm" / "jars").glob("*.jar"):
+        if not jar.name.startswith("mariadb-java-client-"):
+            (shipped / jar.name).symlink_to(jar)
+    (driver,) = (ROOT / "jvm" / "jars").glob("mariadb-java-client-*.jar")
+    monkeypatch.setenv("INGEST_JARS_DIR", str(shipped))
+    params = mysql_table(mariadb, "jarless_t", 10)
+    folder = Path(tempfile.mkdtemp(prefix="ingest-jarless-executors-test-"))
+    try:
+        state = connect.start_local(folder / "spark", {
+            "spark.master": "local-cluster[1,1,1024]", "spark.driver.extraClassPath": str(driver),
+            "spark.driver.extraJavaOptions": " ".join((*connect.HEAP_OPTIONS, SHORT_LIVED_JVM[0])),
+            "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM)})
+        spark = spark_session(state.url)
+        with pytest.raises(MissingJarsError, match=r"executors have no MariaDB JDBC driver "
+                                                   r"\(org\.mariadb\.jdbc\.Driver\), though its server has one"
+                                                   r".*Fix: .*--jars or spark\.jars"):
+            snapshot(spark, params, "t", str(folder / "lake" / "t"))
+        assert not list((folder / "lake" / "t").glob("_delta_log/*.json"))
+        spark.stop()
+    finally:
+        connect.stop_local(folder / "spark")
+
+
 def busy_executor(ui: int) -> str | None:
     """The id of an executor running a task now, from the Connect server's status API."""
     import json
@@ -201,14 +243,22 @@ def busy_executor(ui: int) -> str | None:
                  if e["id"] != "driver" and e["activeTasks"] > 0), None)
 
 
-def kill_a_busy_executor(ui: int, server_log: Path, during: str) -> None:
-    """SIGKILL an executor JVM while it runs a task (as the OOM killer or a lost host would), and wait
-    until the Connect server has lost that task: it is Spark's to run again."""
-    lost = server_log.read_text(errors="replace").count("ExecutorLostFailure")
+def kill_a_busy_executor(ui: int, server_log: Path, during: str, its_worker: bool = False) -> None:
+    """SIGKILL an executor JVM while it runs a task (as the OOM killer would), or the worker JVM that
+    launched it (as a lost host would: the executor exits with it), and wait until the Connect server
+    has lost that task: it is Spark's to run again."""
+    def lost() -> int:  # tasks lost: as the server words it for an executor killed alone, and for one its worker took
+        return len(re.findall(r"ExecutorLostFailure|failed because while it was being computed, its executor exited",
+                              server_log.read_text(errors="replace")))
+
+    before = lost()
     executor = wait_for(lambda: busy_executor(ui), 120, f"an executor running a task {during}")
     (pid,) = executor_pids(executor)
+    if its_worker:
+        pid = parent_pid(pid)
+        assert b"org.apache.spark.deploy.worker.Worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: server_log.read_text(errors="replace").count("ExecutorLostFailure") > lost, 60,
+    wait_for(lambda: lost() > before, 60,
              f"the Connect server to lose the task of executor {executor} {during}")
 
 
@@ -225,7 +275,7 @@ def source_runs(instance, source: str):
 def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server_and_process_kills(
         cluster, mariadb, pg, aws, dynamodb, dagster_postgres, tmp_path, monkeypatch):
     """Snapshots with an executor killed mid-task, sensor batches (MySQL's and PostgreSQL's read on the
-    executors, one killed in each), reconciliation, maintenance and dbt, then the code server, the daemon
+    executors, an executor killed in one and a worker in the other), reconciliation, maintenance and dbt, then the code server, the daemon
     and the Connect server killed: silver equals the source after each (the module's docstring has the
     layout)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
@@ -433,8 +483,11 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         killed = {}
         for source, name, write in (("shop", "orders", shop_write), ("bank", "accounts", bank_write)):
             killed[source] = batch_read_by_executors(source, name, write)
-            kill_a_busy_executor(ui, server_log, f"in {source}'s batch")
-            say(f"executor killed in {source}'s batch run {killed[source]}")
+            # in bank's, the worker JVM that launched the executor (its host lost), which its supervisor
+            # then starts again
+            kill_a_busy_executor(ui, server_log, f"in {source}'s batch", its_worker=source == "bank")
+            say(f"{'worker' if source == 'bank' else 'executor'} killed in {source}'s batch run {killed[source]}")
+        cluster.standalone.restart_dead_workers()
         # the maintenance job (compaction, vacuum and retention of every table) as its schedule may start it,
         # while the batches commit: the lake's write locks take turns per table
         maintenance = dagster("job", "execute", "-j", "lake_maintenance", log="lake_maintenance")

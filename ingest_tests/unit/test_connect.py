@@ -110,11 +110,20 @@ def test_the_embedded_server_starts_without_a_connect_clients_settings(tmp_path)
 
 
 def test_a_missing_jdbc_driver_is_told_from_spark_errors_on_the_driver_and_in_a_task():
-    from ingest.lake.connect import lacks_class
+    from ingest.lake.connect import in_a_task, lacks_class
 
     on_driver = "(java.lang.ClassNotFoundException) org.postgresql.Driver\n\nJVM stacktrace:\njava.lang.ClassNot..."
-    in_task = "Lost task 0.0 (TID 3): java.lang.ClassNotFoundException: org.mariadb.jdbc.Driver\n\tat java.net..."
+    in_task = ("Job aborted due to stage failure: Task 0 in stage 3.0 failed 4 times, most recent failure: Lost task "
+               "0.3 in stage 3.0 (TID 12) (127.0.0.1 executor 0): java.lang.ClassNotFoundException: "
+               "org.mariadb.jdbc.Driver\n\tat java.net...")
+    # as Spark Connect words a write's task failure (from the cluster tier's executors without the driver)
+    in_write_task = ("[TASK_WRITE_FAILED] Task failed while writing rows to file:/tmp/lake/t. SQLSTATE: 58030\n\n"
+                     "JVM stacktrace:\norg.apache.spark.SparkException\n\tat org.apache.spark.sql.errors...\n"
+                     "\tat org.apache.spark.executor.Executor$TaskRunner.run(Executor.scala:897)\n...\nCaused by: "
+                     "java.lang.ClassNotFoundException: org.mariadb.jdbc.Driver\n\tat java.net.URLClassLoader...")
     assert lacks_class(on_driver, "org.postgresql.Driver") and lacks_class(in_task, "org.mariadb.jdbc.Driver")
+    assert lacks_class(in_write_task, "org.mariadb.jdbc.Driver")
+    assert in_a_task(in_task) and in_a_task(in_write_task) and not in_a_task(on_driver)
     assert not lacks_class(on_driver, "org.mariadb.jdbc.Driver")
     assert not lacks_class("(java.lang.ClassNotFoundException) org.postgresql.DriverX", "org.postgresql.Driver")
     assert not lacks_class("org.postgresql.util.PSQLException: Connection refused", "org.postgresql.Driver")
