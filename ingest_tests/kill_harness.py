@@ -267,12 +267,11 @@ class KillHarness:
     def _embedded_env(self) -> dict[str, str]:
         """The runs' environment with the embedded local Spark Connect server of the harness's own folder
         instead of the shared server (which other tests use: it must not be killed). It lives one trial, so
-        its JVM compiles with C1 alone (processes.SHORT_LIVED_JVM)."""
-        from ingest.lake.connect import HEAP_OPTIONS
-        from ingest.localdev.processes import SHORT_LIVED_JVM
+        its JVM compiles with C1 alone (connect.SHORT_LIVED_SERVER_OPTIONS)."""
+        from ingest.lake.connect import SHORT_LIVED_SERVER_OPTIONS
 
         settings = self.workdir / "embedded-spark.conf"
-        settings.write_text(f"spark.driver.extraJavaOptions {' '.join((*HEAP_OPTIONS, SHORT_LIVED_JVM[0]))}\n")
+        settings.write_text(f"spark.driver.extraJavaOptions {SHORT_LIVED_SERVER_OPTIONS}\n")
         env = {k: v for k, v in self.env.items() if k != "INGEST_SPARK_REMOTE"}
         env |= {"INGEST_SPARK_STATE_DIR": str(self.workdir / "embedded-spark"), "INGEST_SPARK_CONF": str(settings)}
         return env

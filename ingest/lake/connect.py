@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ingest.localdev.processes import alive, free_port
+from ingest.localdev.processes import SHORT_LIVED_JIT, alive, free_port
 from ingest.paths import local_dir
 
 DRIVER_MEMORY = "2g"
@@ -58,6 +58,9 @@ HEAP_OPTIONS = (
     "-XX:G1HeapRegionSize=4m", "-XX:MaxTenuringThreshold=4", "-XX:-G1UseAdaptiveIHOP",
     "-XX:InitiatingHeapOccupancyPercent=25",
 )
+
+# A server that lives minutes (a test's one-trial or cluster server): these heap settings, C1 alone.
+SHORT_LIVED_SERVER_OPTIONS = " ".join((*HEAP_OPTIONS, SHORT_LIVED_JIT))
 
 # Delta keeps every table it has opened in a cache (its log, its last snapshot's state and the plans
 # built on it), 10,000 tables by default and for an hour. Each of ours held about 3 MiB of the heap:

@@ -34,8 +34,8 @@ class DynamoDBLocal(LoopbackServer):
         # -sharedDb: one database whatever the credentials and region (else one per access key and region)
         store = ["-dbPath", str(self.db_path)] if self.db_path else ["-inMemory"]
         # sqlite4java finds its native library (copied next to the jars) through java.library.path
-        return [shutil.which("java") or "java", *self.java_options, f"-Djava.library.path={JARS}", "-cp", f"{JARS}/*", MAIN, *store,
-                "-sharedDb", "-port", str(self.port), "-disableTelemetry"]
+        return [shutil.which("java") or "java", *self.java_options, f"-Djava.library.path={JARS}", "-cp",
+                f"{JARS}/*", MAIN, *store, "-sharedDb", "-port", str(self.port), "-disableTelemetry"]
 
     def start(self, timeout: float = 60.0) -> DynamoDBLocal:
         if self.db_path:

@@ -72,14 +72,15 @@ def process_alive(identity: str) -> bool | None:
     return alive(pid) and (not start or _start_ticks(pid) == start)
 
 
-# moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
 # For a JVM that lives minutes and runs little code hot (a test's cluster executors, a killed and
 # restarted server, an emulator): C1 alone compiles what runs in a fraction of the CPU that C2's
 # optimizing compiler takes, which such a JVM never earns back. Measured on the cluster tier
 # (ingest_tests/cluster, alone): its executors took 408 CPU-s with the defaults, 196 with these; the
 # module 630 s, 515 s. Not for the long-lived servers a deployment runs.
-SHORT_LIVED_JVM = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+SHORT_LIVED_JIT = "-XX:TieredStopAtLevel=1"
+SHORT_LIVED_JVM = (SHORT_LIVED_JIT, "-XX:+UseSerialGC")
 
+# moto and DynamoDB Local check no signature; any credentials will do (DynamoDB Local: letters and digits)
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_DEFAULT_REGION": "us-east-1"}
 
 

@@ -9,8 +9,8 @@ code-server` and the daemon apart (deploy/systemd's units under the project's su
 PostgreSQL (dagster-postgres), the lake on an S3 server with the write locks in DynamoDB Local. MySQL,
 PostgreSQL and DynamoDB sources are snapshotted from the command line, then kept in sync by their sensors
 alone, MySQL's and PostgreSQL's batches read on the executors; executors are SIGKILLed mid-snapshot and
-mid-batch, and a worker JVM mid-batch, the reconciliation, maintenance and dbt runs follow, then the code server, the daemon and the
-Connect server are killed, and silver still equals the source row for row."""
+mid-batch, and a worker JVM mid-batch, the reconciliation, maintenance and dbt runs follow, then the code
+server, the daemon and the Connect server are killed, and silver still equals the source row for row."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
@@ -32,6 +33,9 @@ import yaml
 
 from ingest.sources.mysql.schema import ConnectionParams
 from ingest_tests.probes import parent_pid, ticks_after, wait_for
+
+if TYPE_CHECKING:
+    from ingest.localdev.cluster import StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -60,7 +64,7 @@ def cluster(tmp_path_factory):
         "spark.pyspark.python": str(python), "spark.ui.enabled": "true", "spark.ui.port": str(ui),
         # the module's JVMs live minutes (and executors are killed): C1 only, as processes.SHORT_LIVED_JVM says
         "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM),
-        "spark.driver.extraJavaOptions": " ".join((*connect.HEAP_OPTIONS, SHORT_LIVED_JVM[0]))}.items()))
+        "spark.driver.extraJavaOptions": connect.SHORT_LIVED_SERVER_OPTIONS}.items()))
     states = []
     try:
         states.append(connect.start_local(folder / "spark", connect.configured_conf(
@@ -83,8 +87,8 @@ class Cluster:
     """Its status API's port."""
     python: Path
     """The workers' Python."""
-    standalone: object
-    """The master and workers (localdev.cluster.StandaloneCluster)."""
+    standalone: StandaloneCluster
+    """The master and workers."""
 
     @property
     def server(self):
@@ -216,7 +220,7 @@ def test_executors_without_a_jdbc_driver_their_server_has_give_an_error_that_nam
     try:
         state = connect.start_local(folder / "spark", {
             "spark.master": "local-cluster[1,1,1024]", "spark.driver.extraClassPath": str(driver),
-            "spark.driver.extraJavaOptions": " ".join((*connect.HEAP_OPTIONS, SHORT_LIVED_JVM[0])),
+            "spark.driver.extraJavaOptions": connect.SHORT_LIVED_SERVER_OPTIONS,
             "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM)})
         spark = spark_session(state.url)
         with pytest.raises(MissingJarsError, match=r"executors have no MariaDB JDBC driver "
@@ -271,8 +275,8 @@ def source_runs(instance, source: str):
 def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server_and_process_kills(
         cluster, mariadb, pg, aws, dynamodb, dagster_postgres, tmp_path, monkeypatch):
     """Snapshots with an executor killed mid-task, sensor batches (MySQL's and PostgreSQL's read on the
-    executors, an executor killed in one and a worker in the other), reconciliation, maintenance and dbt, then the code server, the daemon
-    and the Connect server killed: silver equals the source after each (the module's docstring has the
+    executors, an executor killed in one and a worker in the other), reconciliation, maintenance and dbt,
+    then the code server, the daemon and the Connect server killed: silver equals the source after each (the module's docstring has the
     layout)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
