@@ -136,11 +136,15 @@ def dagster_postgres(monkeypatch):
         server.stop()
 
 
-# The longest test files first: the xdist workers take a file at a time (--dist loadfile), and a long
-# file handed out last keeps one worker busy while the other has nothing left to do.
-_LONGEST_FIRST = ("test_kill_harness.py", "test_standalone.py", "test_operations.py", "test_cdc_edges.py",
-                  "test_dynamodb.py", "test_cdc_e2e.py", "test_cdc_property.py", "test_postgres_changes.py",
-                  "test_postgres_kill.py", "test_postgres_source.py")
+# The longest test files first (their seconds in a whole three-worker run): the xdist workers take a file
+# at a time (--dist loadfile) in this order (bin/test's --no-loadscope-reorder: xdist's own order is by
+# number of tests, which started the cluster module 546 s into the run and the kill harness later still),
+# and a long file handed out last keeps one worker busy while the others have nothing left to do.
+_LONGEST_FIRST = ("test_standalone.py",  # 808 s
+                  "test_operations.py", "test_kill_harness.py", "test_cdc.py", "test_dynamodb.py",  # 512-232
+                  "test_batch_scope.py", "test_cdc_edges.py", "test_dagster_cli.py", "test_security.py",  # 228-138
+                  "test_postgres_source.py", "test_maintenance.py", "test_postgres_kill.py", "test_filters.py",
+                  "test_transforms.py", "test_postgres_changes.py", "test_dynamodb_kill.py")  # 129-98
 
 
 def pytest_collection_modifyitems(items):

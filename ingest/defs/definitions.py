@@ -52,8 +52,8 @@ def build_definitions(sources_path: str | Path | None = None, lake_root: str | N
         assets.append(dbt_models)
     for module in config.python_assets:  # the user's own downstream code
         assets += list(load_assets_from_modules([_python_assets(module, config.path)]))
-    lake_tables = sorted({location_for_asset_key(lake, key.path) for defs in per_source for a in defs.assets
-                          for key in a.keys})
+    lake_tables = sorted({(key.path[0], location_for_asset_key(lake, key.path)) for defs in per_source
+                          for a in defs.assets for key in a.keys})
     maintenance_job, schedules = maintenance_defs(config.maintenance, lake_tables)
     checks = [c for defs in per_source for c in defs.checks]
     reconcile_jobs, reconcile_schedules = reconcile_defs(

@@ -5,7 +5,7 @@ reconciliation job, each with its schedule."""
 
 from collections.abc import Sequence
 
-from dagster import (AssetCheckKey, AssetSelection, DefaultScheduleStatus, JobDefinition, MetadataValue,
+from dagster import (AssetCheckKey, AssetSelection, DefaultScheduleStatus, Field, JobDefinition, MetadataValue,
                      OpExecutionContext, Output, ScheduleDefinition,
                      define_asset_job, job, op)
 
@@ -33,14 +33,32 @@ def reconcile_defs(settings: ReconcileSettings, checks: Sequence[AssetCheckKey]
     return [reconcile_job], schedule_for(reconcile_job, settings, settings.cron)
 
 
-def maintenance_defs(settings: MaintenanceSettings, paths: Sequence[str]
-                     ) -> tuple[JobDefinition, list[ScheduleDefinition]]:
-    """A job that compacts, vacuums and sets retention on every table in `paths`, and its schedule."""
+def tables_of(tables: Sequence[tuple[str, str]], sources: Sequence[str] | None) -> list[str]:
+    """The paths of `tables` ((source, path) pairs) that belong to `sources` (all of them when None).
+    A source name that has no table is an error naming it and the sources there are."""
+    if sources is None:
+        return [path for _, path in tables]
+    known = sorted({source for source, _ in tables})
+    unknown = sorted(set(sources) - set(known))
+    if unknown:
+        raise ValueError(f"lake_maintenance: no source named {', '.join(map(repr, unknown))} in the sources file; "
+                         f"its sources are {', '.join(known) or 'none'}. Fix: name one of those in the op's "
+                         "`sources`, or leave `sources` out to maintain every table.")
+    return [path for source, path in tables if source in set(sources)]
 
-    @op(name="maintain_lake_tables", required_resource_keys={"spark", "lake"})
+
+def maintenance_defs(settings: MaintenanceSettings, tables: Sequence[tuple[str, str]]
+                     ) -> tuple[JobDefinition, list[ScheduleDefinition]]:
+    """A job that compacts, vacuums and sets retention on every table in `tables` ((source, path) pairs),
+    or on the tables of the sources its run config names, and its schedule."""
+
+    @op(name="maintain_lake_tables", required_resource_keys={"spark", "lake"}, config_schema={
+        "sources": Field([str], is_required=False,
+                         description="Only these sources' tables (the schedule's runs: every table).")})
     def maintain_tables(context: OpExecutionContext):
         from ingest.lake.maintenance import Retention, maintain
 
+        paths = tables_of(tables, context.op_config.get("sources"))
         spark = context.resources.spark.spark_session
         retention = Retention(settings.txn_retention_days, settings.vacuum_retain_hours)
         done = []

@@ -25,6 +25,8 @@ class StandaloneCluster:
     workers: int = 2
     cores_per_worker: int = 1
     memory_per_worker: str = "1g"
+    java_options: tuple[str, ...] = ()
+    """Extra options for the master's and workers' JVMs (SPARK_DAEMON_JAVA_OPTS), not their executors'."""
     port: int = field(default_factory=free_port)
     ui_port: int = field(default_factory=free_port)
     processes: list[subprocess.Popen] = field(default_factory=list)
@@ -39,6 +41,8 @@ class StandaloneCluster:
         home = Path(pyspark.__file__).parent
         env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
                "SPARK_WORKER_DIR": str(self.folder / "work"), "SPARK_LOG_DIR": str(self.folder)}
+        if self.java_options:
+            env["SPARK_DAEMON_JAVA_OPTS"] = " ".join(self.java_options)
         env.pop("SPARK_REMOTE", None)
         with open(self.folder / log, "ab") as out:
             return subprocess.Popen([str(home / "bin" / "spark-class"), *args], env=env, stdout=out,

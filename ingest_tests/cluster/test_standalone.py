@@ -55,7 +55,7 @@ def cluster(tmp_path_factory):
     folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-test-"))
     ui = free_port()
     python = worker_python(tmp_path_factory.mktemp("worker"))
-    standalone = StandaloneCluster(folder / "cluster").start()
+    standalone = StandaloneCluster(folder / "cluster", java_options=SHORT_LIVED_JVM).start()
     started = [p.pid for p in standalone.processes]
     # the server's settings as a supervised `ingest spark run` on the driver takes them (INGEST_SPARK_CONF)
     settings = folder / "spark.conf"
@@ -170,67 +170,6 @@ def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in
         assert landed.where("v = concat('v', id)").count() == 2500
     finally:
         spark.stop()
-
-
-def test_workers_without_the_project_give_an_error_that_names_it_and_the_fix(mariadb, tmp_path):
-    """A worker host whose Python lacks the project: the snapshot fails naming spark.pyspark.python and
-    the wheel, and writes nothing."""
-    from pyspark.sql import SparkSession
-
-    from ingest.lake import connect
-    from ingest.lake.datasource import ProjectMissingOnWorkers
-    from ingest.localdev.cluster import worker_python
-
-    bare = worker_python(tmp_path, with_project=False)
-    folder = Path(tempfile.mkdtemp(prefix="ingest-bare-worker-test-"))
-    params = mysql_table(mariadb, "bare_t", 2)
-    try:
-        state = connect.start_local(folder / "spark", {"spark.pyspark.python": str(bare)})
-        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{state.port}").create()
-        with pytest.raises(ProjectMissingOnWorkers) as failed:
-            python_reader_snapshot(spark, params, str(folder / "lake" / "t"))
-        assert "spark.pyspark.python" in str(failed.value) and "wheel" in str(failed.value)
-        assert not (folder / "lake" / "t" / "_delta_log").exists()
-        spark.stop()
-    finally:
-        connect.stop_local(folder / "spark")
-
-
-def test_executors_without_a_jdbc_driver_their_server_has_give_an_error_that_names_them_and_the_fix(
-        mariadb, tmp_path, monkeypatch):
-    """A cluster's server with the MariaDB driver on its own classpath (spark.driver.extraClassPath) that
-    does not ship it to its executors: the snapshot fails naming the executors, the driver and the fix,
-    and writes nothing. Spark's local-cluster master gives executors JVMs of their own, as the module's
-    cluster does (whose cores its server holds)."""
-    from ingest.lake import connect
-    from ingest.lake.connect import MissingJarsError
-    from ingest.lake.spark import spark_session
-    from ingest.localdev.processes import SHORT_LIVED_JVM
-    from ingest_tests.integration.conftest import snapshot
-
-    shipped = tmp_path / "jars"  # every jar of jvm/jars but the MariaDB driver: what --jars ships
-    shipped.mkdir()
-    for jar in (ROOT / "jvm" / "jars").glob("*.jar"):
-        if not jar.name.startswith("mariadb-java-client-"):
-            (shipped / jar.name).symlink_to(jar)
-    (driver,) = (ROOT / "jvm" / "jars").glob("mariadb-java-client-*.jar")
-    monkeypatch.setenv("INGEST_JARS_DIR", str(shipped))
-    params = mysql_table(mariadb, "jarless_t", 10)
-    folder = Path(tempfile.mkdtemp(prefix="ingest-jarless-executors-test-"))
-    try:
-        state = connect.start_local(folder / "spark", {
-            "spark.master": "local-cluster[1,1,1024]", "spark.driver.extraClassPath": str(driver),
-            "spark.driver.extraJavaOptions": connect.SHORT_LIVED_SERVER_OPTIONS,
-            "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM)})
-        spark = spark_session(state.url)
-        with pytest.raises(MissingJarsError, match=r"executors have no MariaDB JDBC driver "
-                                                   r"\(org\.mariadb\.jdbc\.Driver\), though its server has one"
-                                                   r".*Fix: .*--jars or spark\.jars"):
-            snapshot(spark, params, "t", str(folder / "lake" / "t"))
-        assert not list((folder / "lake" / "t").glob("_delta_log/*.json"))
-        spark.stop()
-    finally:
-        connect.stop_local(folder / "spark")
 
 
 def busy_executor(ui: int) -> str | None:
@@ -488,9 +427,13 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
             kill_a_busy_executor(ui, server_log, f"in {source}'s batch", its_worker=source == "bank")
             say(f"{'worker' if source == 'bank' else 'executor'} killed in {source}'s batch run {killed[source]}")
         cluster.standalone.restart_dead_workers()
-        # the maintenance job (compaction, vacuum and retention of every table) as its schedule may start it,
-        # while the batches commit: the lake's write locks take turns per table
-        maintenance = dagster("job", "execute", "-j", "lake_maintenance", log="lake_maintenance")
+        # the maintenance job (compaction, vacuum and retention) on shop's tables, while its batches commit:
+        # the lake's write locks take turns per table. One source's: every table of the module took 3.5
+        # minutes on the S3 server (3-18 s a table), the longest wait of the test, for no other code path
+        only_shop = tmp_path / "maintain_shop.yaml"
+        only_shop.write_text(yaml.safe_dump({"ops": {"maintain_lake_tables": {"config": {"sources": ["shop"]}}}}))
+        maintenance = dagster("job", "execute", "-j", "lake_maintenance", "-c", str(only_shop),
+                              log="lake_maintenance")
         demo_dynamodb.write_forever(carts, every=0, rounds=60)
         for source, name, rows in (("shop", "orders", shop_rows), ("bank", "accounts", bank_rows),
                                    ("carts", "carts", cart_rows)):
@@ -515,6 +458,13 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
                 "lake_maintenance": maintenance}
         for name, job in jobs.items():
             succeeded(job, name)
+        (maintained,) = instance.get_runs(RunsFilter(job_name="lake_maintenance"))
+        (output,) = instance.get_records_for_run(maintained.run_id, of_type=DagsterEventType.STEP_OUTPUT).records
+        per_table = output.event_log_entry.dagster_event.event_specific_data.metadata["per_table"].value
+        # (its history and batch log as well when the batch running beside it had made them by then)
+        assert all(path.startswith(f"s3a://{bucket}/lake/shop/") for path in per_table) and {
+            f"s3a://{bucket}/lake/shop/orders/{layer}" for layer in ("bronze", "silver", "snapshot")
+        } <= set(per_table), per_table
         (reconciled,) = instance.get_runs(RunsFilter(job_name="reconcile_silver"))
         evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in instance.get_records_for_run(
             reconciled.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records]
@@ -574,3 +524,64 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
 
 CART_TYPES = {"customer_id": "bigint", "total": "decimal(12,2)", "status": "string", "skus": "array<string>"}
 DEMO_TABLES = ["customers", "products", "orders", "order_lines"]
+
+
+def test_workers_without_the_project_give_an_error_that_names_it_and_the_fix(mariadb, tmp_path):
+    """A worker host whose Python lacks the project: the snapshot fails naming spark.pyspark.python and
+    the wheel, and writes nothing."""
+    from pyspark.sql import SparkSession
+
+    from ingest.lake import connect
+    from ingest.lake.datasource import ProjectMissingOnWorkers
+    from ingest.localdev.cluster import worker_python
+
+    bare = worker_python(tmp_path, with_project=False)
+    folder = Path(tempfile.mkdtemp(prefix="ingest-bare-worker-test-"))
+    params = mysql_table(mariadb, "bare_t", 2)
+    try:
+        state = connect.start_local(folder / "spark", {"spark.pyspark.python": str(bare)})
+        spark = SparkSession.builder.remote(f"sc://127.0.0.1:{state.port}").create()
+        with pytest.raises(ProjectMissingOnWorkers) as failed:
+            python_reader_snapshot(spark, params, str(folder / "lake" / "t"))
+        assert "spark.pyspark.python" in str(failed.value) and "wheel" in str(failed.value)
+        assert not (folder / "lake" / "t" / "_delta_log").exists()
+        spark.stop()
+    finally:
+        connect.stop_local(folder / "spark")
+
+
+def test_executors_without_a_jdbc_driver_their_server_has_give_an_error_that_names_them_and_the_fix(
+        mariadb, tmp_path, monkeypatch):
+    """A cluster's server with the MariaDB driver on its own classpath (spark.driver.extraClassPath) that
+    does not ship it to its executors: the snapshot fails naming the executors, the driver and the fix,
+    and writes nothing. Spark's local-cluster master gives executors JVMs of their own, as the module's
+    cluster does (whose cores its server holds)."""
+    from ingest.lake import connect
+    from ingest.lake.connect import MissingJarsError
+    from ingest.lake.spark import spark_session
+    from ingest.localdev.processes import SHORT_LIVED_JVM
+    from ingest_tests.integration.conftest import snapshot
+
+    shipped = tmp_path / "jars"  # every jar of jvm/jars but the MariaDB driver: what --jars ships
+    shipped.mkdir()
+    for jar in (ROOT / "jvm" / "jars").glob("*.jar"):
+        if not jar.name.startswith("mariadb-java-client-"):
+            (shipped / jar.name).symlink_to(jar)
+    (driver,) = (ROOT / "jvm" / "jars").glob("mariadb-java-client-*.jar")
+    monkeypatch.setenv("INGEST_JARS_DIR", str(shipped))
+    params = mysql_table(mariadb, "jarless_t", 10)
+    folder = Path(tempfile.mkdtemp(prefix="ingest-jarless-executors-test-"))
+    try:
+        state = connect.start_local(folder / "spark", {
+            "spark.master": "local-cluster[1,1,1024]", "spark.driver.extraClassPath": str(driver),
+            "spark.driver.extraJavaOptions": connect.SHORT_LIVED_SERVER_OPTIONS,
+            "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM)})
+        spark = spark_session(state.url)
+        with pytest.raises(MissingJarsError, match=r"executors have no MariaDB JDBC driver "
+                                                   r"\(org\.mariadb\.jdbc\.Driver\), though its server has one"
+                                                   r".*Fix: .*--jars or spark\.jars"):
+            snapshot(spark, params, "t", str(folder / "lake" / "t"))
+        assert not list((folder / "lake" / "t").glob("_delta_log/*.json"))
+        spark.stop()
+    finally:
+        connect.stop_local(folder / "spark")

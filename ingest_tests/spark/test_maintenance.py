@@ -25,7 +25,8 @@ def test_the_maintenance_job_compacts_vacuums_and_sets_retention_once(spark, spa
     rows_before = sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
 
     settings = MaintenanceSettings(txn_retention_days=7, vacuum_retain_hours=0)
-    job, schedules = maintenance_defs(settings, [path, str(tmp_path / "src" / "not_created_yet" / "silver")])
+    job, schedules = maintenance_defs(settings, [("src", path),
+                                                 ("later", str(tmp_path / "later" / "not_created_yet" / "silver"))])
     assert [s.cron_schedule for s in schedules] == ["30 3 * * *"]
     spark_resource = SparkResource(spark_config={"spark.remote": spark_server.url})
     resources = {"spark": spark_resource, "lake": DeltaLakeIOManager(lake_root=str(tmp_path), spark=spark_resource)}
@@ -47,6 +48,12 @@ def test_the_maintenance_job_compacts_vacuums_and_sets_retention_once(spark, spa
     operations = {r["operation"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
                   .where(f"version > {version}").collect()}
     assert operations <= {"VACUUM START", "VACUUM END"}, operations  # nor an OPTIMIZE of one file
+    # a run that names other sources leaves this table alone
+    version = table_version(path)
+    only_later = job.execute_in_process(resources=resources, run_config={
+        "ops": {"maintain_lake_tables": {"config": {"sources": ["later"]}}}})
+    event = next(e for e in only_later.all_node_events if e.event_type_value == "STEP_OUTPUT")
+    assert event.event_specific_data.metadata["tables"].value == 0 and table_version(path) == version
     assert assert_any_reader_opens(spark, path, ["id"]) == 60
 
 

@@ -57,3 +57,13 @@ def test_a_batch_of_one_key_rewrites_one_file_in_key_order_and_every_file_in_has
     assert rows_rewritten_per_key(in_key_order, [5000]) == 0
     assert rows_rewritten_per_key([], keys) == 0 and rows_rewritten_per_key([(None, None, 0)], keys) == 0
     assert rows_rewritten_per_key(in_key_order, [None]) == 0
+
+
+def test_a_maintenance_run_can_name_the_sources_whose_tables_it_maintains():
+    from ingest.defs.maintenance import tables_of
+
+    tables = [("bank", "/l/bank/a/silver"), ("shop", "/l/shop/o/bronze"), ("shop", "/l/shop/o/silver")]
+    assert tables_of(tables, None) == [p for _, p in tables]
+    assert tables_of(tables, ["shop"]) == ["/l/shop/o/bronze", "/l/shop/o/silver"]
+    with pytest.raises(ValueError, match=r"no source named 'shpo'.*its sources are bank, shop. Fix: "):
+        tables_of(tables, ["shop", "shpo"])
