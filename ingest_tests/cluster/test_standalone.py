@@ -215,8 +215,8 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         cluster, mariadb, pg, aws, dynamodb, dagster_postgres, tmp_path, monkeypatch):
     """Snapshots with an executor killed mid-task, sensor batches (MySQL's and PostgreSQL's read on the
     executors, an executor killed in one and a worker in the other), reconciliation, maintenance and dbt,
-    then the code server, the daemon and the Connect server killed: silver equals the source after each (the module's docstring has the
-    layout)."""
+    then the code server, the daemon and the Connect server killed: silver equals the source after each
+    (the module's docstring has the layout)."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     from ingest.lake.merge import live_rows
@@ -428,8 +428,8 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
             say(f"{'worker' if source == 'bank' else 'executor'} killed in {source}'s batch run {killed[source]}")
         cluster.standalone.restart_dead_workers()
         # the maintenance job (compaction, vacuum and retention) on shop's tables, while its batches commit:
-        # the lake's write locks take turns per table. One source's: every table of the module took 3.5
-        # minutes on the S3 server (3-18 s a table), the longest wait of the test, for no other code path
+        # the lake's write locks take turns per table. One source's tables: the other sources' take the same
+        # code path, and all 25 took 3.5 minutes on the S3 server (3-18 s a table), the test's longest wait
         only_shop = tmp_path / "maintain_shop.yaml"
         only_shop.write_text(yaml.safe_dump({"ops": {"maintain_lake_tables": {"config": {"sources": ["shop"]}}}}))
         maintenance = dagster("job", "execute", "-j", "lake_maintenance", "-c", str(only_shop),
