@@ -2,6 +2,11 @@
 
 import time
 
+SCHEDULES_STOPPED = {"maintenance": {"running": False}, "reconcile": {"running": False}}
+"""Sources-file settings for a test whose daemon must launch only what the test asks for: left on, the
+`lake_maintenance` and `reconcile_silver` schedules start runs at 03:30 and 04:00 UTC, whenever the suite
+happens to be running then (a CI run once found two maintenance runs where it launched one)."""
+
 
 def wait_for(probe, seconds: float, what: str, every: float = 0.2):
     """`probe()`'s first truthy answer, asked every `every` seconds for up to `seconds`; else TimeoutError

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from ingest.sources.mysql.schema import ConnectionParams
-from ingest_tests.probes import parent_pid, ticks_after, wait_for
+from ingest_tests.probes import SCHEDULES_STOPPED, parent_pid, ticks_after, wait_for
 
 if TYPE_CHECKING:
     from ingest.localdev.cluster import StandaloneCluster
@@ -271,7 +271,8 @@ def test_every_source_kind_on_a_cluster_syncs_by_sensors_through_executor_server
         # what dbt reads: its sensor merges the snapshots into silver
         "demo": {**mysql, "database": "cluster_demo", "tables": {"include": DEMO_TABLES},
                  "cdc": {**cdc, "min_interval_seconds": 5}}},
-        "dbt": {"project_dir": str(ROOT / "dbt_project")}}))
+        "dbt": {"project_dir": str(ROOT / "dbt_project")},
+        **SCHEDULES_STOPPED}))  # the test launches the scheduled jobs itself, once each
 
     # the instance: the shipped dagster.yaml with its PostgreSQL storage
     home = tmp_path / "dagster_home"

@@ -15,6 +15,7 @@ from ingest.defs.io_managers import DeltaLakeIOManager
 from ingest.defs.resources import SparkResource
 from ingest.lake.merge import live_rows
 from ingest.lake.tables import table_location
+from ingest_tests.probes import SCHEDULES_STOPPED
 
 
 HARNESS_CDC = {"watch_seconds": 0}
@@ -35,7 +36,7 @@ def write_sources(tmp_path: Path, port: int, database: str, tables: list[str], n
                                          **({"deletion_vectors": deletion_vectors} if deletion_vectors else {}),
                                          **({"where": where} if where else {}), **(table_settings or {})},
         "snapshot": {"chunk_size": 1000, "parallelism": 2, "chunks_per_commit": 4},
-        **extra, "cdc": {**HARNESS_CDC, **extra.get("cdc", {})}}}}))
+        **extra, "cdc": {**HARNESS_CDC, **extra.get("cdc", {})}}}, **SCHEDULES_STOPPED}))
     return path
 
 

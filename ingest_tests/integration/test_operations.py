@@ -24,6 +24,7 @@ from ingest.sources.mysql.positions import BatchRange, BinlogPosition
 from ingest.webserver import Webserver
 from ingest_tests.conftest import free_port
 from ingest_tests.integration.cdc_harness import add_partitions, dagster_env, latest_metadata_in
+from ingest_tests.probes import SCHEDULES_STOPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -108,7 +109,7 @@ def shop(mariadb, tmp_path_factory):
             "snapshot": {"chunk_size": 2000, "parallelism": 2, "chunks_per_commit": 4},
             # the tests cut the batches themselves; the sensor stays off
             "cdc": {"sensor_running": False}}},
-        "dbt": {"project_dir": str(ROOT / "dbt_project")}}))
+        "dbt": {"project_dir": str(ROOT / "dbt_project")}, **SCHEDULES_STOPPED}))
     env = dagster_env(tmp, sources)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
