@@ -19,9 +19,8 @@ import os
 import statistics
 from pathlib import Path
 
-from bench.common import Result
+from bench.common import Result, alternating_rounds
 
-SNAPSHOT_ROUNDS = 3
 EXECUTOR_MEMORY = "1536m"
 WARM_EVENTS = 100_000
 """Changes of another table each server takes through the batch path before the timed ones (the JIT and
@@ -52,14 +51,16 @@ def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int
         for where in spark:
             mysql_bench.our_snapshot(spark[where], params, "cl_warm", str(lake / f"cl_warm_{where}"),
                                      mysql_bench.WARM_ROWS // 4, snapshot["parallelism"], 2)
-        runs = {"local": [], "cluster": []}
-        for round_no in range(SNAPSHOT_ROUNDS):
-            for where in ("local", "cluster") if round_no % 2 == 0 else ("cluster", "local"):
+        def snapshot_on(where: str):
+            def run(round_no: int) -> float:
                 seconds, got = mysql_bench.our_snapshot(spark[where], params, table,
                                                         str(lake / f"{table}_{where}_{round_no}"), **snapshot)
                 assert got == rows, (where, got, rows)
-                runs[where].append(seconds)
-                log(f"snapshot {where} {seconds:.1f} s")
+                return seconds
+            return run
+
+        runs = alternating_rounds({where: snapshot_on(where) for where in ("local", "cluster")},
+                                  lambda said: log(f"snapshot {said}"))
         snap_s = {w: statistics.median(r) for w, r in runs.items()}
 
         # CDC: one binlog range, read by each server into its own bronze and silver

@@ -8,6 +8,7 @@ import subprocess
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ingest.localdev.processes import free_port  # noqa: F401 - the benchmarks' ports come from here
@@ -56,6 +57,25 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ratio": self.ratio, "meets_target": self.meets_target}
+
+
+SNAPSHOT_ROUNDS = 3
+"""Rounds of each snapshot path a comparison times (the medians count)."""
+
+
+def alternating_rounds(runs: dict[str, Callable[[int], float]], log: Callable[[str], None],
+                       rounds: int = SNAPSHOT_ROUNDS) -> dict[str, list[float]]:
+    """The seconds of each of `runs` (a name: one run, given the round's number, returning its seconds),
+    `rounds` times each, the order reversed every other round. Two paths that read and write the same
+    bytes differ by less than the spread between runs, and the first large job on a server is the slow
+    one (a 10M-row PostgreSQL snapshot: 20-22 s first, 17-18 s after): none may always go first."""
+    names = list(runs)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for round_no in range(rounds):
+        for name in names if round_no % 2 == 0 else names[::-1]:
+            seconds[name].append(runs[name](round_no))
+            log(f"{name} {seconds[name][-1]:.1f} s")
+    return seconds
 
 
 def fmt(value: float) -> str:

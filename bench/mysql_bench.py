@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Result  # noqa: E402
+from bench.common import Result, alternating_rounds  # noqa: E402
 from ingest.sources.mysql.schema import ConnectionParams  # noqa: E402
 
 DATABASE = "bench"
@@ -68,7 +68,6 @@ def load_table(server, name: str, rows: int, log_bin: bool = False) -> float:
 
 # ------------------------------------------------------------------ snapshot
 
-SNAPSHOT_ROUNDS = 3
 WARM_ROWS = 500_000
 
 def cursor_scan(params: ConnectionParams, table: str, driver: str) -> tuple[float, int]:
@@ -156,23 +155,21 @@ def snapshot_bench(spark, server, params: ConnectionParams, lake: Path, rows: in
         cursor_s[driver], n = cursor_scan(params, table, driver)
         assert n == rows, (driver, n, rows)
     log(f"mariadb client {client_s:.1f} s, streaming cursors {cursor_s}")
-    # Both paths read and write the same bytes, so their times differ by less than the run-to-run
-    # spread here (5.5-7.3 s for the same 1M-row JDBC snapshot): each runs SNAPSHOT_ROUNDS times, in
-    # alternating order so neither always goes first after the other's JIT warm-up, and the medians count.
-    ours_runs, jdbc_runs = [], []
-    for round_no in range(SNAPSHOT_ROUNDS):
-        for path in (("ours", "jdbc") if round_no % 2 == 0 else ("jdbc", "ours")):
-            target = str(lake / f"{table}_{path}_{round_no}")
-            if path == "ours":
-                seconds, ours_rows = our_snapshot(spark, params, table, target, chunk_size, parallelism,
-                                                  chunks_per_commit)
-                assert ours_rows == rows, (ours_rows, rows)
-                ours_runs.append(seconds)
-            else:
-                jdbc_runs.append(jdbc_snapshot(spark, params, table, rows, target, parallelism))
-                jdbc_rows = spark.read.format("delta").load(target).count()
-                assert jdbc_rows == rows, (jdbc_rows, rows)
-            log(f"{path} {(ours_runs if path == 'ours' else jdbc_runs)[-1]:.1f} s")
+    def ours(round_no: int) -> float:
+        seconds, ours_rows = our_snapshot(spark, params, table, str(lake / f"{table}_ours_{round_no}"), chunk_size,
+                                          parallelism, chunks_per_commit)
+        assert ours_rows == rows, (ours_rows, rows)
+        return seconds
+
+    def jdbc(round_no: int) -> float:
+        target = str(lake / f"{table}_jdbc_{round_no}")
+        seconds = jdbc_snapshot(spark, params, table, rows, target, parallelism)
+        jdbc_rows = spark.read.format("delta").load(target).count()
+        assert jdbc_rows == rows, (jdbc_rows, rows)
+        return seconds
+
+    runs = alternating_rounds({"ours": ours, "jdbc": jdbc}, log)
+    ours_runs, jdbc_runs = runs["ours"], runs["jdbc"]
     ours_s, jdbc_s = statistics.median(ours_runs), statistics.median(jdbc_runs)
     details = {"rows": rows, "parallelism": parallelism, "chunk_size": chunk_size,
                "chunks_per_commit": chunks_per_commit, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s,

@@ -1,7 +1,8 @@
 """PostgreSQL: the snapshot against Spark's JDBC reader, and change batches against a bare pgoutput reader.
 
     pg_snapshot_<N>_vs_jdbc   ours: PgSnapshotWrite (chunks at an exported snapshot, Spark's JDBC reader) into Delta;
-                              baseline: spark.read.jdbc with the PostgreSQL driver, split on the key, into Delta
+                              baseline: spark.read.jdbc with the PostgreSQL driver, split on the key, into Delta;
+                              medians of alternating rounds, as the MySQL snapshot's
     pg_cdc_<N>_events         ours: every batch the sensor would cut, read from the slot into bronze, then merged
                               into silver; baseline: psycopg draining the same range of pgoutput messages from
                               the slot (pg_logical_slot_peek_binary_changes, no decoding). Informative: no
@@ -16,10 +17,11 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
-from bench.common import Result, free_port
+from bench.common import Result, alternating_rounds, free_port
 from bench.mysql_bench import _label
 from ingest.config import SnapshotSettings
 
@@ -197,12 +199,21 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log, m
             log("warming up both Spark paths on a small table")
             our_snapshot(spark, params, "warm", str(lake / "pg_warm_ours"), log)
             jdbc_snapshot(spark, params, "warm", 20_000, str(lake / "pg_warm_jdbc"))
-            ours_s, ours_rows = our_snapshot(spark, params, f"snap_{label}", str(lake / "pg_snap_ours"), log)
-            assert ours_rows == rows, (ours_rows, rows)
-            log(f"ours {ours_s:.1f} s")
-            jdbc_s = jdbc_snapshot(spark, params, f"snap_{label}", rows, str(lake / "pg_snap_jdbc"))
-            assert spark.read.format("delta").load(str(lake / "pg_snap_jdbc")).count() == rows
-            log(f"jdbc {jdbc_s:.1f} s")
+
+            def ours(round_no: int) -> float:
+                seconds, ours_rows = our_snapshot(spark, params, f"snap_{label}",
+                                                  str(lake / f"pg_snap_ours_{round_no}"), log)
+                assert ours_rows == rows, (ours_rows, rows)
+                return seconds
+
+            def jdbc(round_no: int) -> float:
+                target = str(lake / f"pg_snap_jdbc_{round_no}")
+                seconds = jdbc_snapshot(spark, params, f"snap_{label}", rows, target)
+                assert spark.read.format("delta").load(target).count() == rows
+                return seconds
+
+            snapshot_runs = alternating_rounds({"ours": ours, "jdbc": jdbc}, log)
+            ours_s, jdbc_s = (statistics.median(snapshot_runs[path]) for path in ("ours", "jdbc"))
 
             # change batches: the table's snapshot first (it creates the slot), then the load
             conn.execute(f"DROP TABLE IF EXISTS snap_{label}")
@@ -224,7 +235,9 @@ def postgres_bench(spark, work: Path, lake: Path, rows: int, events: int, log, m
             assert changes == events, (changes, events)
             silver = spark.read.format("delta").load(str(lake / "cdc_silver")).where("NOT _deleted").count()
             assert silver == events // 2 - (events - events // 2 - events * 3 // 10), silver
-        details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s, **SNAPSHOT}
+        details_snap = {"rows": rows, "ours_seconds": ours_s, "jdbc_seconds": jdbc_s,
+                        "ours_runs_seconds": snapshot_runs["ours"], "jdbc_runs_seconds": snapshot_runs["jdbc"],
+                        **SNAPSHOT}
         details_cdc = {"events": events, "batches": batches, "ours_seconds": cdc_s, "drain_seconds": drain_s,
                        "messages": messages, "wal_bytes": wal, "warm_up_changes": CDC_WARM_EVENTS,
                        "warm_up_seconds": warm_s, **{f"{k}_seconds": round(v, 2) for k, v in phases.items()}}
