@@ -17,6 +17,9 @@ silver's files.
 `merge_vs_copy_<N>` puts the copy-on-write merge into `big` rows against its floor, measured on the same
 table right after: rewriting every file of the table with no merge (read it all, overwrite it), which a
 batch at random keys cannot beat, since it touches every file.
+
+`merge_scaling_100M` (full mode only, `merge_huge_bench`): the deletion-vector line at the next size, 100M
+rows against 1M.
 """
 
 from __future__ import annotations
@@ -79,41 +82,64 @@ def _copy_seconds(spark, path: str) -> list[float]:
     return times
 
 
-def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
+def _size(rows: int) -> str:
+    return f"{rows // 1_000_000 or rows}{'M' if rows >= 1e6 else ''}"
+
+
+def _scaling(spark, work: Path, label: str, dv: bool, recent: bool, small: int, big: int, target: float | None,
+             log) -> Result:
+    """`label`_<big>: the median batch into a silver of `big` rows against the same into `small` rows."""
     from ingest.lake.merge import SILVER_FILE_ROWS
 
-    results = []
-    size = f"{big // 1_000_000 or big}{'M' if big >= 1e6 else ''}"
-    # untimed merges on both layouts first: on a fresh server the first merges of the small table
-    # ran cold (2.5-2.8 s against 1.1-1.6 s in the full run, where earlier benches had warmed it),
-    # which made the ratio look better than it is
+    seconds, files = {}, {}
+    for rows in (small, big):  # a silver made afresh each time: random keys leave every file spanning them all
+        path = str(work / f"merge-{rows}-{'dv' if dv else 'cow'}")
+        log(f"{label}: writing silver of {rows:,} rows{' with deletion vectors' if dv else ''}")
+        _silver(spark, path, rows, dv)
+        files[rows] = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
+        times = _merge_seconds(spark, path, rows, seed=rows, deletion_vectors=dv, recent=recent)
+        after = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
+        seconds[rows] = statistics.median(times)
+        log(f"{label}: {CHANGES} updates at {'the newest' if recent else 'random'} keys into {rows:,} rows "
+            f"({files[rows]} files): {', '.join(f'{t:.2f}' for t in times)} s ({after} files after)")
+    return Result(f"{label}_{_size(big)}", seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
+                  higher_is_better=False, target=target,
+                  details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
+                           "deletion_vectors": dv, "keys": "newest" if recent else "random",
+                           "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS})
+
+
+def _warm_up(spark, work: Path, small: int, log) -> None:
+    """Untimed merges on both layouts first: on a fresh server the first merges of the small table ran
+    cold (2.5-2.8 s against 1.1-1.6 s in the full run, where earlier benches had warmed it), which made
+    the ratio look better than it is."""
     for dv in (False, True):
         path = str(work / f"merge-warmup-{'dv' if dv else 'cow'}")
         _silver(spark, path, small, dv)
         _merge_seconds(spark, path, small, seed=0, deletion_vectors=dv)
     log("merge_scaling: warmed up (3 untimed batches into each layout)")
+
+
+def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
+    results = []
+    _warm_up(spark, work, small, log)
     for label, dv, recent in (("merge_scaling", False, False), ("merge_scaling_deletion_vectors", True, False),
                               ("merge_recent_keys", False, True)):
-        seconds, files = {}, {}
-        for rows in (small, big):  # a silver made afresh each time: random keys leave every file spanning them all
-            path = str(work / f"merge-{rows}-{'dv' if dv else 'cow'}")
-            log(f"{label}: writing silver of {rows:,} rows{' with deletion vectors' if dv else ''}")
-            _silver(spark, path, rows, dv)
-            files[rows] = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
-            times = _merge_seconds(spark, path, rows, seed=rows, deletion_vectors=dv, recent=recent)
-            after = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["numFiles"])
-            seconds[rows] = statistics.median(times)
-            log(f"{label}: {CHANGES} updates at {'the newest' if recent else 'random'} keys into {rows:,} rows "
-                f"({files[rows]} files): {', '.join(f'{t:.2f}' for t in times)} s ({after} files after)")
-        results.append(Result(f"{label}_{size}", seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
-                              higher_is_better=False, target=None if recent else 2.0,
-                              details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
-                                       "deletion_vectors": dv, "keys": "newest" if recent else "random",
-                                       "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS}))
+        results.append(_scaling(spark, work, label, dv, recent, small, big, None if recent else 2.0, log))
         if label == "merge_scaling":  # its floor, on the big table the merges just rewrote
             copies = _copy_seconds(spark, str(work / f"merge-{big}-cow"))
             log(f"merge_vs_copy: rewriting the {big:,} rows with no merge: {', '.join(f'{t:.2f}' for t in copies)} s")
-            results.append(Result(f"merge_vs_copy_{size}", seconds[big], "rewrite_same_files_no_merge",
+            results.append(Result(f"merge_vs_copy_{_size(big)}", results[-1].ours, "rewrite_same_files_no_merge",
                                   statistics.median(copies), "s", higher_is_better=False, target=1.5,
                                   details={"changes": CHANGES, "repeats": REPEATS, "rows": big, "keys": "random"}))
     return results
+
+
+def merge_huge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
+    """`merge_scaling_<big>` (full mode only): the same batch into a silver of `big` rows with deletion
+    vectors against into `small` rows; each silver is removed once measured (100M rows take GiBs)."""
+    _warm_up(spark, work, small, log)
+    result = _scaling(spark, work, "merge_scaling", True, False, small, big, 3.0, log)
+    for rows in (small, big):
+        shutil.rmtree(work / f"merge-{rows}-dv", ignore_errors=True)
+    return [result]

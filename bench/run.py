@@ -41,10 +41,11 @@ MODES = {
     "full": {"snapshot_rows": 10_000_000, "cdc_events": 5_000_000, "memory_small": 1_000_000,
              "memory_large": 10_000_000, "freshness_seconds": 180, "dynamodb_items": 50_000, "tables": 100,
              "soak_batches": 5_000, "pg_rows": 10_000_000, "pg_events": 3_000_000, "merge_small": 100_000,
-             "merge_big": 10_000_000, "sources_seconds": 180},
+             "merge_big": 10_000_000, "sources_seconds": 180, "merge_huge_small": 1_000_000,
+             "merge_huge": 100_000_000},
 }
 BENCHMARKS = ("snapshot", "cdc", "large_txn", "memory", "reconcile", "freshness", "sources", "dynamodb", "postgres", "batch",
-              "merge", "soak")
+              "merge", "merge_huge", "soak")
 
 # The snapshot settings every MySQL benchmark uses: the sources file's defaults,
 # written out so that the JSON says what was measured.
@@ -159,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.merge_bench import merge_bench
 
                 got = merge_bench(spark, work, sizes["merge_small"], sizes["merge_big"], log)
+            elif name == "merge_huge" and "merge_huge" in sizes:  # full mode only
+                from bench.merge_bench import merge_huge_bench
+
+                got = merge_huge_bench(spark, work, sizes["merge_huge_small"], sizes["merge_huge"], log)
             elif name == "cluster":
                 from bench.cluster_bench import cluster_bench
 
