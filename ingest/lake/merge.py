@@ -18,7 +18,8 @@ from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
 from ingest.lake.deltalog import is_delta_table, table_version
 from ingest.lake.tables import spark_ident as _col
-from ingest.lake.write import WriteOutcome, append, lake_columns, retry_conflicts, session_txn, widen_for
+from ingest.lake.write import (WriteOutcome, append, lake_columns, retry_conflicts, session_conf, session_txn,
+                               widen_for)
 
 POS = "_pos"
 DELETED = "_deleted"
@@ -27,6 +28,13 @@ DELETED = "_deleted"
 NARROW_MAX_KEYS = 10_000
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
+# The server's 4 shuffle partitions suit change batches (lake/connect.py), not a table created from a
+# whole snapshot: its key-ordered write sorts every row in 4 tasks. At 100M rows on the embedded server's
+# 2 GiB heap each task sorted 25M rows, and the sorter's pointer array failed to grow (Java heap space)
+# five times: the run spilled and finished in 190 s once, and stopped the server's SparkContext in a
+# bench run. Starting from 64 partitions, which adaptive execution joins up to its advisory size (one
+# task for a small table), it took 171 s without one.
+CREATE_SHUFFLE = {"spark.sql.adaptive.coalescePartitions.initialPartitionNum": "64"}
 DELETION_VECTORS = "delta.enableDeletionVectors"
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
 
@@ -209,7 +217,9 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     metadata = {**metadata, MERGE_KEYS: keys}
     if not is_delta_table(path):
         rows = latest_per_key(changes, keys).orderBy(*[F.col(_col(k)) for k in keys])
-        return append(rows, path, metadata, txn, properties=layout.wanted(rows.columns), max_rows_per_file=file_rows)
+        with session_conf(spark, CREATE_SHUFFLE):
+            return append(rows, path, metadata, txn, properties=layout.wanted(rows.columns),
+                          max_rows_per_file=file_rows)
     apply_layout(spark, path, layout, changes.columns)
     widen_for(spark, changes, path)
     before = table_version(path)
