@@ -6,9 +6,9 @@ import os
 import platform
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from ingest.localdev.processes import free_port  # noqa: F401 - the benchmarks' ports come from here

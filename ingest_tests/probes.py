@@ -5,7 +5,7 @@ import time
 SCHEDULES_STOPPED = {"maintenance": {"running": False}, "reconcile": {"running": False}}
 """Sources-file settings for a test whose daemon must launch only what the test asks for: left on, the
 `lake_maintenance` and `reconcile_silver` schedules start runs at 03:30 and 04:00 UTC, whenever the suite
-happens to be running then (a CI run once found two maintenance runs where it launched one)."""
+happens to be running then (a CI run's cluster test once found two runs of a job it had launched once)."""
 
 
 def wait_for(probe, seconds: float, what: str, every: float = 0.2):

@@ -28,13 +28,13 @@ DELETED = "_deleted"
 NARROW_MAX_KEYS = 10_000
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
-# How a table created from a whole snapshot is sorted. The server's 4 shuffle partitions suit change
-# batches (lake/connect.py), not a key-ordered write of every row of a table: starting from 64, which
-# adaptive execution joins up to its advisory size (one task for a small table), a 100M-row silver took
-# 171 s instead of 190 s. And Spark sorts each input partition before the shuffle to keep one row per
-# key early (its window group limit), which a snapshot, one row per key already, only pays for: at
-# 100M rows on the embedded server's 2 GiB heap that sort's pointer array failed to grow (Java heap
-# space) until, in a bench run, the server's SparkContext stopped.
+# How `ordered_merge` sorts a table it creates, most often from a whole snapshot. The server's 4 shuffle
+# partitions suit change batches (lake/connect.py), not a key-ordered write of every row of a table:
+# starting from 64, which adaptive execution joins up to its advisory size (one task for a small table), a
+# 100M-row silver took 171 s instead of 190 s. And Spark sorts each input partition before the shuffle to
+# keep one row per key early (its window group limit), which a snapshot, one row per key already, only
+# pays for: at 100M rows on the embedded server's 2 GiB heap that sort's pointer array failed to grow
+# (Java heap space) until, in a bench run, the server's SparkContext stopped.
 CREATE_SHUFFLE = {"spark.sql.adaptive.coalescePartitions.initialPartitionNum": "64",
                   "spark.sql.optimizer.windowGroupLimitThreshold": "-1"}
 DELETION_VECTORS = "delta.enableDeletionVectors"
