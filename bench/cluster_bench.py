@@ -51,12 +51,14 @@ def cluster_bench(local_spark, server, params, work: Path, lake: Path, rows: int
         for where in spark:
             mysql_bench.our_snapshot(spark[where], params, "cl_warm", str(lake / f"cl_warm_{where}"),
                                      mysql_bench.WARM_ROWS // 4, snapshot["parallelism"], 2)
+
         def snapshot_on(where: str):
             def run(round_no: int) -> float:
                 seconds, got = mysql_bench.our_snapshot(spark[where], params, table,
                                                         str(lake / f"{table}_{where}_{round_no}"), **snapshot)
                 assert got == rows, (where, got, rows)
                 return seconds
+
             return run
 
         runs = alternating_rounds({where: snapshot_on(where) for where in ("local", "cluster")},

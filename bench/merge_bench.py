@@ -32,6 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from bench.common import Result
+from bench.mysql_bench import _label
 
 CHANGES = 1_000
 REPEATS = 3
@@ -82,10 +83,6 @@ def _copy_seconds(spark, path: str) -> list[float]:
     return times
 
 
-def _size(rows: int) -> str:
-    return f"{rows // 1_000_000 or rows}{'M' if rows >= 1e6 else ''}"
-
-
 def _scaling(spark, work: Path, label: str, dv: bool, recent: bool, small: int, big: int, target: float | None,
              log) -> Result:
     """`label`_<big>: the median batch into a silver of `big` rows against the same into `small` rows."""
@@ -102,7 +99,7 @@ def _scaling(spark, work: Path, label: str, dv: bool, recent: bool, small: int, 
         seconds[rows] = statistics.median(times)
         log(f"{label}: {CHANGES} updates at {'the newest' if recent else 'random'} keys into {rows:,} rows "
             f"({files[rows]} files): {', '.join(f'{t:.2f}' for t in times)} s ({after} files after)")
-    return Result(f"{label}_{_size(big)}", seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
+    return Result(f"{label}_{_label(big)}", seconds[big], f"same_batch_into_{small:,}_rows", seconds[small], "s",
                   higher_is_better=False, target=target,
                   details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
                            "deletion_vectors": dv, "keys": "newest" if recent else "random",
@@ -129,7 +126,7 @@ def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
         if label == "merge_scaling":  # its floor, on the big table the merges just rewrote
             copies = _copy_seconds(spark, str(work / f"merge-{big}-cow"))
             log(f"merge_vs_copy: rewriting the {big:,} rows with no merge: {', '.join(f'{t:.2f}' for t in copies)} s")
-            results.append(Result(f"merge_vs_copy_{_size(big)}", results[-1].ours, "rewrite_same_files_no_merge",
+            results.append(Result(f"merge_vs_copy_{_label(big)}", results[-1].ours, "rewrite_same_files_no_merge",
                                   statistics.median(copies), "s", higher_is_better=False, target=1.5,
                                   details={"changes": CHANGES, "repeats": REPEATS, "rows": big, "keys": "random"}))
     return results

@@ -155,6 +155,7 @@ def snapshot_bench(spark, server, params: ConnectionParams, lake: Path, rows: in
         cursor_s[driver], n = cursor_scan(params, table, driver)
         assert n == rows, (driver, n, rows)
     log(f"mariadb client {client_s:.1f} s, streaming cursors {cursor_s}")
+
     def ours(round_no: int) -> float:
         seconds, ours_rows = our_snapshot(spark, params, table, str(lake / f"{table}_ours_{round_no}"), chunk_size,
                                           parallelism, chunks_per_commit)

@@ -44,7 +44,8 @@ def tables_of(tables: Sequence[tuple[str, str]], sources: Sequence[str] | None) 
         raise ValueError(f"lake_maintenance: no source named {', '.join(map(repr, unknown))} in the sources file; "
                          f"its sources are {', '.join(known) or 'none'}. Fix: name one of those in the op's "
                          "`sources`, or leave `sources` out to maintain every table.")
-    return [path for source, path in tables if source in set(sources)]
+    wanted = set(sources)
+    return [path for source, path in tables if source in wanted]
 
 
 def maintenance_defs(settings: MaintenanceSettings, tables: Sequence[tuple[str, str]]
