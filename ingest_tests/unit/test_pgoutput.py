@@ -189,14 +189,6 @@ def test_transactions_become_change_records_ordered_by_commit_and_place_in_their
     both = list(change_records(changes(stream), {"public.t", "public.other"}, types))
     (other,) = [r for r in both if r.table == "public.other"]
     assert decode_pos(other.pos) == (Lsn(0x500), 1) and [r for r in both if r.table == "public.t"] == records
-    # a planning pass's records: the same ops and places (a key move still splits), the key columns alone,
-    # and with the INSERT and DELETE tuples left undecoded, no image of those
-    keys = list(change_records(changes(stream), {"public.t"}, types, keys_only=True))
-    assert [(r.op, r.pos, r.row) for r in keys] == [(r.op, r.pos, {k: v for k, v in r.row.items() if k == "id"})
-                                                   for r in records]
-    shallow = list(change_records(changes(stream, rows=False), {"public.t"}, types, keys_only=True))
-    assert [(r.op, r.pos) for r in shallow] == [(r.op, r.pos) for r in records]
-    assert [r.row for r in shallow] == [{}, {"id": 1}, {"id": 1}, {"id": 2}, {}, {}]
 
 
 def test_with_replica_identity_full_an_update_of_other_columns_stays_an_update_of_its_key():
@@ -314,3 +306,60 @@ def test_the_tables_a_peek_shows_changed_are_those_its_relation_messages_describ
               b"T" + struct.pack("!IBI", 1, 0, 2), b"I" + struct.pack("!I", 1) + b"N" + tup("2"), commit(0x300, 0x310)]
     assert relation_names(stream) == {"public.orders", "public.customers"}
     assert relation_names([begin(0x400, 3), commit(0x400, 0x410)]) == frozenset()
+
+
+def test_a_batch_plan_puts_each_truncate_where_placing_every_change_does_and_sees_only_the_batchs_transactions():
+    """The driver's flat planning pass (plan_batch) against placing every change (placed_changes, the
+    executors' path): the same TRUNCATE positions across key moves, REPLICA IDENTITY FULL, another table and
+    a table described again mid-transaction; the same commit times, relations and unsent TOASTed values;
+    transactions of an earlier batch still in the slot, and after the batch's end, left out."""
+    from ingest.changes import ChangeOp
+    from ingest.sources.postgres.changes import KeyMoves, placed_changes
+    from ingest.sources.postgres.pgoutput import BatchPlan, changes, plan_batch
+    from ingest.sources.postgres.types import column_type
+
+    tid, oid2 = struct.pack("!I", 1), struct.pack("!I", 2)
+    truncate_t = b"T" + struct.pack("!IBI", 1, 0, 1)
+    stream = [relation(1, "t", [("id", 23, True), ("doc", 25, False)]), relation(2, "other", [("id", 23, True)]),
+              # an earlier batch's, still in the slot: its TOASTed value and TRUNCATE are not this batch's
+              begin(0x400, 8, 1_000_000), b"U" + tid + b"N" + tup("9", UNCHANGED), truncate_t, commit(0x400, 0x410),
+              begin(0x500, 9, 5_000_000), b"I" + tid + b"N" + tup("1", "a"), b"I" + oid2 + b"N" + tup("5"),
+              b"U" + tid + b"N" + tup("1", "b"), b"U" + tid + b"K" + tup("1", None) + b"N" + tup("2", "b"),
+              b"U" + tid + b"K" + tup("2", None) + b"N" + tup("2", "c"),  # the old key came, the same key
+              b"D" + tid + b"K" + tup("2", None), truncate_t, b"I" + tid + b"N" + tup("3", "d"),
+              b"T" + struct.pack("!IBII", 2, 0, 2, 1), commit(0x500, 0x510),
+              begin(0x600, 10, 7_000_000), b"I" + oid2 + b"N" + tup("6"),
+              relation(1, "t", [("id", 23, True), ("doc", 25, True), ("n", 23, True)], b"f"),
+              b"U" + tid + b"O" + tup("3", "d", "7") + b"N" + tup("3", "e", "7"),
+              b"U" + tid + b"O" + tup("3", "e", "7") + b"N" + tup("4", "e", "7"), truncate_t, commit(0x600, 0x610),
+              begin(0x700, 11, 9_000_000), b"I" + tid + b"N" + tup("8", "f", "1"), truncate_t, commit(0x700, 0x710)]
+    types = lambda rel: [column_type("int4" if c.type_oid == 23 else "text") for c in rel.columns]  # noqa: E731
+    key = lambda rel: ["id"]  # noqa: E731
+    batch = LsnRange(Lsn(0x500), Lsn(0x700))
+    for tables in ({"public.t"}, {"public.t", "public.other"}, {"public.other"}):
+        plan = plan_batch(stream, batch, tables, KeyMoves(types, key))
+        placed = [p for p in placed_changes(changes(stream), tables, types, key)
+                  if batch.start <= p[0].final_lsn < batch.end]
+        truncates: dict[str, list[int]] = {}
+        for b, rel, place, op, _, _ in placed:
+            if op is ChangeOp.TRUNCATE:
+                truncates.setdefault(rel.qualified, []).append(b.final_lsn.row_pos(place))
+        assert plan.truncates == truncates
+        assert plan.newest_of == {n: max(p[0].commit_time for p in placed if p[1].qualified == n) for n in tables}
+        assert plan.oldest_of == {n: min(p[0].commit_time for p in placed if p[1].qualified == n) for n in tables}
+        described = list(dict.fromkeys(id(p[1]) for p in placed))  # each decoding pass has its own objects
+        assert list(plan.relations.values()) == [next(p[1] for p in placed if id(p[1]) == i) for i in described]
+        assert plan.unchanged == set() and (plan.transactions, plan.newest.second) == (2, 7)
+    # t's places: 1 insert, 2 update, 3+4 the key move, 5 update, 6 delete, 7 TRUNCATE, 8 insert, 9 TRUNCATE
+    assert plan_batch(stream, batch, {"public.t"}, KeyMoves(types, key)).truncates == {
+        "public.t": [Lsn(0x500).row_pos(7), Lsn(0x500).row_pos(9), Lsn(0x600).row_pos(4)]}
+    toasted = stream[:9] + [b"U" + tid + b"N" + tup("1", UNCHANGED)] + stream[10:]
+    assert plan_batch(toasted, batch, {"public.t"}, KeyMoves(types, key)).unchanged == {"public.t"}
+    assert plan_batch(toasted, batch, {"public.other"}, KeyMoves(types, key)).unchanged == set()
+    assert plan_batch([], batch, {"public.t"}, KeyMoves(types, key)) == BatchPlan()
+    for broken in (stream[:2] + [b"I" + tid + b"N" + tup("1", "a")],  # outside a transaction
+                   [stream[1], begin(0x500, 9), b"I" + tid + b"N" + tup("1")],  # relation 1 never described
+                   stream[:7] + [b"U" + tid + b"N" + b"\x00\x02t\x00\x00\x00\x09ab"],  # a value past the end
+                   stream[:7] + [b"I" + tid]):
+        with pytest.raises(ProtocolError):
+            plan_batch(broken, batch, {"public.t"}, KeyMoves(types, key))

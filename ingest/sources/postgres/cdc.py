@@ -13,10 +13,10 @@ import datetime as dt
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from ingest.changes import UNCHANGED, ChangeOp, SourceBatch, TableChanges
+from ingest.changes import SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
-from ingest.sources.postgres.changes import change_columns, change_records, placed_changes
-from ingest.sources.postgres.pgoutput import Relation, Update, changes, table_name
+from ingest.sources.postgres.changes import KeyMoves, change_columns, change_records
+from ingest.sources.postgres.pgoutput import BatchPlan, Relation, changes, plan_batch, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
 from ingest.sources.postgres.slot import advance, peek, reading_copy
@@ -109,59 +109,36 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     state = slot_state(conn, source, slot)
     check_readable(source, state, batch)
     contracts = RelationContracts(conn)
-    relations: dict[int, Relation] = {}
     wanted = set(tables)
     sliced = executor_min_bytes is not None and batch.end.value - batch.start.value >= executor_min_bytes
-    described: dict[int, Relation] = {}
-    """The relations the batch's changes to `tables` came with, first seen first: a column dropped
-    mid-batch keeps the values of the changes made before the drop."""
-    txns, newest = 0, None
+    if sliced:  # planned as it streams by: where its TRUNCATEs are and when its transactions committed
+        plan = plan_batch(peek(conn, slot, publication, batch.end), batch, wanted,
+                          KeyMoves(contracts, contracts.primary_key))
+        records: dict[str, list] = {name: [] for name in plan.newest_of}
+    else:
+        plan, records = BatchPlan(), {}
 
-    unchanged: set[str] = set()
+        def in_batch():
+            last = None
+            for begin, relation, change in batch_changes(conn, slot, publication, batch):
+                if begin is not last:
+                    last, plan.transactions, plan.newest = begin, plan.transactions + 1, begin.commit_time
+                if id(relation) not in plan.relations and table_name(relation) in wanted:
+                    plan.relations[id(relation)] = relation  # held here: its id stays its own
+                yield begin, relation, change
 
-    def in_batch():
-        nonlocal txns, newest
-        last = None
-        for begin, relation, change in batch_changes(conn, slot, publication, batch, relations, rows=not sliced):
-            if begin is not last:
-                last, txns, newest = begin, txns + 1, begin.commit_time
-            if id(relation) not in described and table_name(relation) in wanted:
-                described[id(relation)] = relation  # held here: its id stays its own
-            # a TOASTed value an UPDATE did not send (only ever in its new tuple)
-            if sliced and isinstance(change, Update) and UNCHANGED in change.new:
-                unchanged.add(table_name(relation))
-            yield begin, relation, change
-
-    records: dict[str, list] = {}
-    truncates: dict[str, list[int]] = {}
-    newest_of: dict[str, dt.datetime] = {}
-    oldest_of: dict[str, dt.datetime] = {}
-    if not sliced:
         for record in change_records(in_batch(), wanted, contracts, primary_key=contracts.primary_key):
             records.setdefault(record.table, []).append(record)
-    else:  # planning a batch that executors read: where its TRUNCATEs are and when its transactions
-        # committed, not what the changes hold (an INSERT's or a DELETE's tuple is not even decoded)
-        last_begin = last_name = None
-        for begin, relation, place, op, _, _ in placed_changes(in_batch(), wanted, contracts, contracts.primary_key):
-            name = table_name(relation)
-            if op is ChangeOp.TRUNCATE:
-                truncates.setdefault(name, []).append(begin.final_lsn.row_pos(place))
-            if begin is not last_begin or name != last_name:  # a transaction's changes share its commit time
-                last_begin, last_name, at = begin, name, begin.commit_time
-                records.setdefault(name, [])
-                newest_of[name] = max(newest_of.get(name, at), at)
-                oldest_of[name] = min(oldest_of.get(name, at), at)
     columns: dict[str, dict[str, str]] = {}
-    for relation in described.values():
+    for relation in plan.relations.values():
         seen = columns.setdefault(table_name(relation), {})
         seen.update((c.name, t.spark) for c, t in zip(relation.columns, contracts(relation)))
     per_table = {name: TableChanges(kept, list(columns.get(name, {}).items()), sliced=sliced,
-                                    truncates=tuple(truncates.get(name, ())), newest=newest_of.get(name),
-                                    oldest=oldest_of.get(name),
-                                    unchanged=name in unchanged)
+                                    truncates=tuple(plan.truncates.get(name, ())), newest=plan.newest_of.get(name),
+                                    oldest=plan.oldest_of.get(name), unchanged=name in plan.unchanged)
                  for name, kept in records.items()}
-    positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": txns}
-    lag = (dt.datetime.now(dt.timezone.utc) - newest).total_seconds() if newest else 0.0
+    positions = {"start": batch.start.to_metadata(), "end": batch.end.to_metadata(), "transactions": plan.transactions}
+    lag = (dt.datetime.now(dt.timezone.utc) - plan.newest).total_seconds() if plan.newest else 0.0
     extra = {"lag_seconds": round(lag, 3), "slot": slot, "retained_wal_bytes": state.retained_bytes,
              "read_on_executors": sliced,
              **({} if state.safe_wal_bytes is None else {"safe_wal_bytes": state.safe_wal_bytes})}
@@ -169,13 +146,11 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
 
 
 def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,
-                  tables: Collection[str] | None = None, rows: bool = True, share: tuple[int, int] | None = None):
+                  tables: Collection[str] | None = None, share: tuple[int, int] | None = None):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
-    (pgoutput.changes; `tables`: only theirs; `rows`: see pgoutput.decode; `share`: see pgoutput.changes),
-    without consuming."""
+    (pgoutput.changes; `tables`: only theirs; `share`: see pgoutput.changes), without consuming."""
     last = inside = None
-    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, rows,
-                                           share):
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, share):
         if begin is not last:
             last, inside = begin, batch.start <= begin.final_lsn < batch.end
         if inside:  # else an earlier batch's, still in the slot

@@ -36,7 +36,7 @@ def placed_changes(changes: Iterable[tuple[Begin, Relation, Change]], tables: Co
     INSERT of the new. `primary_key`: a relation's primary key, for a table with REPLICA IDENTITY FULL,
     whose RELATION marks every column as identity (else an update of any column would look like one of
     the key)."""
-    begin, places, keys_of = None, {}, {}
+    begin, places, moved = None, {}, KeyMoves(contracts, primary_key)
     for txn_begin, relation, change in changes:
         name = table_name(relation)
         if name not in tables:
@@ -49,39 +49,54 @@ def placed_changes(changes: Iterable[tuple[Begin, Relation, Change]], tables: Co
             op, values, before = ChangeOp.DELETE, change.old, None
         elif isinstance(change, Update):
             op, values, before = ChangeOp.UPDATE, change.new, change.old
-            if before is not None:  # the old key came: the key may have moved
-                if id(relation) not in keys_of:
-                    keys_of[id(relation)] = (relation, primary_key(relation) if relation.replica_identity == "f"
-                                             and primary_key else [c.name for c in relation.columns if c.key])
-                keys, types = keys_of[id(relation)][1], contracts(relation)
-                old, new = image(relation, types, before, True), image(relation, types, values, True)
-                if [old[k] for k in keys] != [new[k] for k in keys]:
-                    places[name] = place = places.get(name, 0) + 1
-                    yield begin, relation, place, ChangeOp.DELETE, before, None
-                    op, before = ChangeOp.INSERT, None
+            if moved(relation, change):
+                places[name] = place = places.get(name, 0) + 1
+                yield begin, relation, place, ChangeOp.DELETE, before, None
+                op, before = ChangeOp.INSERT, None
         else:
             op, values, before = ChangeOp.TRUNCATE, None, None
         places[name] = place = places.get(name, 0) + 1
         yield begin, relation, place, op, values, before
 
 
+class KeyMoves:
+    """Whether an UPDATE moved its row to another key: its old key (sent only when it changed, or the
+    old row with REPLICA IDENTITY FULL) against its new one. `primary_key`: see placed_changes."""
+
+    def __init__(self, contracts: Callable[[Relation], Sequence[ColumnType]],
+                 primary_key: Callable[[Relation], Sequence[str]] | None = None) -> None:
+        self.contracts, self.primary_key = contracts, primary_key
+        self.keys_of: dict[int, tuple[Relation, list[str]]] = {}
+        """By relation id, with the relation itself: its id stays its own while held."""
+
+    def __call__(self, relation: Relation, update: Update) -> bool:
+        if update.old is None:
+            return False
+        if id(relation) not in self.keys_of:
+            self.keys_of[id(relation)] = (relation, list(
+                self.primary_key(relation) if relation.replica_identity == "f" and self.primary_key
+                else [c.name for c in relation.columns if c.key]))
+        keys, types = self.keys_of[id(relation)][1], self.contracts(relation)
+        old, new = image(relation, types, update.old, True), image(relation, types, update.new, True)
+        return [old[k] for k in keys] != [new[k] for k in keys]
+
+
 def change_records(changes: Iterable[tuple[Begin, Relation, Change]], tables: Collection[str],
-                   contracts: Callable[[Relation], Sequence[ColumnType]], keys_only: bool = False,
+                   contracts: Callable[[Relation], Sequence[ColumnType]],
                    primary_key: Callable[[Relation], Sequence[str]] | None = None) -> Iterator[ChangeRecord]:
-    """The changes to `tables` among `changes`, placed (placed_changes), as records in contract values.
-    `keys_only`: the images hold the key columns alone."""
+    """The changes to `tables` among `changes`, placed (placed_changes), as records in contract values."""
     for begin, relation, place, op, values, before in placed_changes(changes, tables, contracts, primary_key):
         types = contracts(relation)
         yield ChangeRecord(table_name(relation), op, begin.final_lsn.row_pos(place),
-                           image(relation, types, values, keys_only),
-                           None if before is None else image(relation, types, before, keys_only),
+                           image(relation, types, values),
+                           None if before is None else image(relation, types, before),
                            begin.commit_time, str(begin.xid))
 
 
 def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any] | None, keys_only: bool = False
           ) -> dict[str, Any]:
     """A row image in contract values (`keys_only`: of the key columns); NULL and UNCHANGED stay as they are.
-    A tuple left undecoded (None, pgoutput.decode's `rows`) has no image."""
+    None (a TRUNCATE's) has no image."""
     if values is None:
         return {}
     if len(values) != len(relation.columns):
