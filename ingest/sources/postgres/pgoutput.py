@@ -364,7 +364,7 @@ def plan_batch(messages: Iterable[bytes], batch: LsnRange, tables: Collection[st
     A large batch streams by here once a run, so this is one flat loop that looks at each change's
     header and decodes only what can move a place: an UPDATE that sent its old key, which `moved` tells
     a key move (a DELETE and an INSERT: two places). Through changes() and placed_changes it took
-    about 5 µs a message, 3 to 4 times the server's decoding (docs/performance.md)."""
+    4-8 µs a message, 2 to 4 times the server's decoding (docs/performance.md)."""
     plan = BatchPlan()
     relations: dict[int, Relation] = {}
     chosen: dict[int, Relation] = {}
