@@ -360,6 +360,7 @@ def test_a_batch_plan_puts_each_truncate_where_placing_every_change_does_and_see
     for broken in (stream[:2] + [b"I" + tid + b"N" + tup("1", "a")],  # outside a transaction
                    [stream[1], begin(0x500, 9), b"I" + tid + b"N" + tup("1")],  # relation 1 never described
                    stream[:7] + [b"U" + tid + b"N" + b"\x00\x02t\x00\x00\x00\x09ab"],  # a value past the end
-                   stream[:7] + [b"I" + tid]):
+                   stream[:7] + [b"I" + tid], stream[:7] + [b"D" + tid + b"N" + tup("1", "a")],
+                   stream[:7] + [b"U" + tid + b"X" + tup("1", "a")]):
         with pytest.raises(ProtocolError):
             plan_batch(broken, batch, {"public.t"}, KeyMoves(types, key))

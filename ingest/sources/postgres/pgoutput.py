@@ -122,6 +122,8 @@ _ROW_CHANGES = frozenset(b"IUD")
 """The first bytes of INSERT, UPDATE and DELETE messages, whose next four bytes are the table's OID."""
 _CHANGES = frozenset(b"IUDT")
 """And TRUNCATE's."""
+_MARKERS = {_INSERT: frozenset(b"N"), _UPDATE: frozenset(b"NKO"), _DELETE: frozenset(b"KO")}
+"""What may follow a row change's OID: the new tuple ('N'), the old key ('K') or the old row ('O')."""
 
 
 class _Reader:
@@ -388,6 +390,8 @@ def plan_batch(messages: Iterable[bytes], batch: LsnRange, tables: Collection[st
                 oids = message.relations
             elif len(data) < 6:
                 raise ProtocolError(f"a {chr(kind)} message of {len(data)} bytes")
+            elif data[5] not in _MARKERS[kind]:
+                raise ProtocolError(f"a {chr(kind)} message with {chr(data[5])!r} before its tuple")
             else:
                 oids = _OID.unpack_from(data, 1)
             for oid in oids:
