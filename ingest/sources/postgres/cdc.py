@@ -152,7 +152,7 @@ def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations:
     last = inside = None
     for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, share):
         if begin is not last:
-            last, inside = begin, batch.start <= begin.final_lsn < batch.end
+            last, inside = begin, batch.holds(begin.final_lsn)
         if inside:  # else an earlier batch's, still in the slot
             yield begin, relation, change
 

@@ -170,7 +170,8 @@ def _tuple(data: bytes, at: int, decoded: bool = True) -> tuple[tuple[Any, ...],
     """A row's values at `at` and where they end: the hot path of every change, so it indexes the bytes
     directly and checks the message's end once, after the loop (a length read as unsigned: a negative one
     runs past the end too). `decoded` False: the values are walked over by their lengths, and each one
-    sent is None (a value not sent is UNCHANGED still): three times as fast, for a pass that needs only that."""
+    sent is None (a value not sent is UNCHANGED still), for a pass that needs only that: 1.7 against 2.7 µs
+    for a ten-column tuple."""
     try:
         (count,) = _COUNT.unpack_from(data, at)
         at += 2
@@ -425,7 +426,7 @@ def plan_batch(messages: Iterable[bytes], batch: LsnRange, tables: Collection[st
             if begin is not None:
                 raise ProtocolError("BEGIN inside a transaction")
             begin = decode(data)
-            inside, counted, places = batch.start <= begin.final_lsn < batch.end, False, {}
+            inside, counted, places = batch.holds(begin.final_lsn), False, {}
         elif kind == _COMMIT:
             if begin is None:
                 raise ProtocolError("COMMIT without a BEGIN")

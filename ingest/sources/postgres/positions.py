@@ -90,6 +90,10 @@ class LsnRange:
         if self.end < self.start:
             raise ValueError(f"a batch cannot end ({self.end}) before it starts ({self.start})")
 
+    def holds(self, commit: Lsn) -> bool:
+        """Whether a transaction whose COMMIT is at `commit` is the batch's."""
+        return self.start <= commit < self.end
+
     @property
     def key(self) -> str:
         """The batch's partition key: both ends as 16 hex digits, so keys sort as the batches do."""
