@@ -4,10 +4,26 @@ integration/ (a real MariaDB started here, stopped by PID at the end)."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from ingest.localdev.processes import free_port  # noqa: F401 - the tests' ports come from here
+
+
+_SIGTERM_AT_START = signal.getsignal(signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _sigterm_as_at_start():
+    """SIGTERM's disposition put back after every test. Dagster's `capture_interrupts` (materialize,
+    execute_in_process) ends by giving SIGTERM whatever SIGINT has; in a pytest started in the background
+    by a script (no job control) SIGINT is ignored, so SIGTERM was left ignored, and an ignored signal
+    stays ignored in every process a later test of the worker starts: bin/demo's bash could not trap it
+    (test_demo waited its 300 s), and a JVM installs no handler for it (its stop waits for the SIGKILL)."""
+    yield
+    if signal.getsignal(signal.SIGTERM) is not _SIGTERM_AT_START:
+        signal.signal(signal.SIGTERM, _SIGTERM_AT_START)
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,14 @@ def sensor_ticks_after(home: Path, sensor: str, since: float) -> list:
         return ticks_after(instance, sensor, since)
 
 
+def _ignores(pid: int, sig: int) -> bool:
+    """Whether process `pid` ignores `sig` (its SigIgn mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    return False
+
+
 def test_the_demo_restarts_a_killed_code_server_and_daemon_and_stops_everything_on_sigterm(tmp_path):
     import shutil
     import tempfile
@@ -70,6 +78,8 @@ def test_the_demo_restarts_a_killed_code_server_and_daemon_and_stops_everything_
     proc = subprocess.Popen([str(ROOT / "bin" / "demo")], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                             stdout=open(tmp_path / "demo.out", "wb"), stderr=subprocess.STDOUT)
     try:
+        # a signal ignored when bash starts cannot be trapped (conftest's _sigterm_as_at_start says how it was)
+        assert not _ignores(proc.pid, signal.SIGTERM), "bin/demo started with SIGTERM ignored: it cannot stop on it"
         deadline = time.monotonic() + 420
         while True:
             assert proc.poll() is None, (tmp_path / "demo.out").read_text()[-4000:]
