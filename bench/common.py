@@ -11,7 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingest.config import SnapshotSettings
 from ingest.localdev.processes import free_port  # noqa: F401 - the benchmarks' ports come from here
+
+SNAPSHOT = {name: getattr(SnapshotSettings(), name) for name in ("chunk_size", "parallelism", "chunks_per_commit")}
+"""The sources file's snapshot defaults, which every snapshot benchmark uses (the JSON says what was measured)."""
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT_ROOT = BENCH_DIR.parent

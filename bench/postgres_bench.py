@@ -21,12 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common import Result, alternating_rounds, free_port
+from bench.common import SNAPSHOT, Result, alternating_rounds, free_port
 from bench.mysql_bench import _label
-from ingest.config import SnapshotSettings
-
-# the sources file's snapshot defaults, as the MySQL snapshot bench uses them
-SNAPSHOT = {name: getattr(SnapshotSettings(), name) for name in ("chunk_size", "parallelism", "chunks_per_commit")}
 
 TABLE_DDL = ("(id bigint PRIMARY KEY, customer int NOT NULL, note text, amount numeric(12,2), "
              "created timestamptz NOT NULL, tags text[])")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import BENCH_DIR, Result, free_port, machine  # noqa: E402
+from bench.common import BENCH_DIR, SNAPSHOT, Result, free_port, machine  # noqa: E402
 
 # Sizes per mode. The memory benchmark compares a snapshot of `memory_small`
 # rows with one of `memory_large` rows, each in a fresh process.
@@ -46,10 +46,6 @@ MODES = {
 }
 BENCHMARKS = ("snapshot", "cdc", "large_txn", "memory", "reconcile", "freshness", "sources", "dynamodb", "postgres", "batch",
               "merge", "merge_huge", "soak")
-
-# The snapshot settings every MySQL benchmark uses: the sources file's defaults,
-# written out so that the JSON says what was measured.
-SNAPSHOT = {"chunk_size": 100_000, "parallelism": 2, "chunks_per_commit": 64}
 
 
 def log(message: str) -> None:

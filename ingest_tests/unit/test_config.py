@@ -24,7 +24,7 @@ def write(tmp_path, data):
 def test_good_config_loads(tmp_path):
     cfg = load_config(write(tmp_path, GOOD))
     shop = cfg.sources["shop"]
-    assert shop.snapshot.chunk_size == 1000 and shop.snapshot.chunks_per_commit == 64  # the default
+    assert shop.snapshot.chunk_size == 1000 and shop.snapshot.chunks_per_commit == 128  # the default
     assert shop.tables.select(["orders", "order_lines", "order_tmp", "users"]) == ["order_lines", "orders"]
     assert not shop.tables.is_static()
 
