@@ -241,17 +241,21 @@ class SnapshotWrite:
         from pyspark.sql import functions as F
 
         from ingest.lake.deltalog import table_version
+        from ingest.lake.snapshot import snapshot_positions
 
         progress = run_snapshot(
             spark, self.params, self.schema, path, source=self.source, chunk_size=self.chunk_size,
             parallelism=self.parallelism, chunks_per_commit=self.chunks_per_commit, log=log,
             transforms=self.transforms, row_filter=self.row_filter,
         )
-        df = spark.read.format("delta").load(path)
-        stats = df.agg(F.count(F.lit(1)).alias("rows"), F.min("_pos").alias("lo"), F.max("_pos").alias("hi")).first()
+        found = snapshot_positions(path, progress.snapshot_id)
+        if found is None:  # the log no longer reaches the first wave: count and read `_pos` from the table
+            df = spark.read.format("delta").load(path)
+            found = tuple(df.agg(F.count(F.lit(1)), F.min("_pos"), F.max("_pos")).first())
+        rows, lowest, highest = found
         base = progress.log_start.basename
         meta: dict[str, Any] = {
-            "rows": stats["rows"],
+            "rows": rows,
             "rows_per_second": round(progress.rows / max(progress.seconds, 1e-9), 1),
             "seconds": round(progress.seconds, 2),
             "snapshot_id": progress.snapshot_id,
@@ -268,9 +272,9 @@ class SnapshotWrite:
             meta["transformed_columns"] = self.transforms.metadata()
         if self.row_filter:
             meta["row_filter"] = self.row_filter.where
-        if stats["lo"] is not None:
-            meta["min_chunk_position"] = BinlogPosition.from_pos(stats["lo"], base).to_metadata()
-            meta["max_chunk_position"] = BinlogPosition.from_pos(stats["hi"], base).to_metadata()
+        if lowest is not None:
+            meta["min_chunk_position"] = BinlogPosition.from_pos(lowest, base).to_metadata()
+            meta["max_chunk_position"] = BinlogPosition.from_pos(highest, base).to_metadata()
         return meta
 
 

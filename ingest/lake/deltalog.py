@@ -266,6 +266,15 @@ def our_commits(table_path: str, client: Any = None) -> Iterator[CommitInfo]:
             yield info
 
 
+def added_files(table_path: str, version: int, client: Any = None) -> list[dict[str, Any]] | None:
+    """The `add` actions of commit `version` (None when its JSON is past the log retention)."""
+    data = log_store(table_path, client).read(version_file(version))
+    if data is None:
+        return None
+    return [action["add"] for line in data.splitlines() if line.strip()
+            for action in [json.loads(line)] if "add" in action]
+
+
 def commits(path: str, limit: int | None = None) -> list[CommitInfo]:
     """Our commits on the table at `path`, newest first ([] if there is no table), among its newest
     `limit` commits of ours (all: None)."""

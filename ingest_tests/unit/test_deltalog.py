@@ -150,3 +150,34 @@ def test_s3_refusals_name_the_endpoint_bucket_and_fix_and_never_its_credentials(
         assert f"refused to read s3://lake/t/_delta_log/_last_checkpoint ({code})" in said(client_error(code))
     assert s3_refusal(client_error("SlowDown"), "lake", "k", endpoint) is None  # botocore retries those
     assert s3_refusal(ValueError("x"), "lake", "k", endpoint) is None
+
+
+def _wave(log, version, wave, files, snapshot_id="s1"):
+    """A snapshot wave's commit as Delta writes it: commitInfo, then an add per file with its statistics
+    (`files`: (rows, lowest _pos, highest _pos), or None for a file written without statistics)."""
+    meta = {"kind": "snapshot", "source": "shop", "table": "orders", "snapshot_id": snapshot_id, "wave": wave}
+    lines = [{"commitInfo": {"operation": "WRITE", "userMetadata": encode_user_metadata(meta, Txn("app", wave))}}]
+    for i, f in enumerate(files):
+        stats = None if f is None else json.dumps({"numRecords": f[0], "minValues": {"id": 1, "_pos": f[1]},
+                                                   "maxValues": {"id": 9, "_pos": f[2]}, "nullCount": {"_pos": 0}})
+        lines.append({"add": {"path": f"part-{version}-{i}.parquet", **({"stats": stats} if stats else {})}})
+    (log / version_file(version)).write_text("\n".join(json.dumps(x) for x in lines))
+
+
+def test_a_snapshots_rows_and_pos_range_come_from_its_waves_file_statistics(tmp_path):
+    from ingest.lake.snapshot import snapshot_positions
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    # an earlier snapshot, which wave 0 of s1 replaced; s1's positions beyond 2**64, as MariaDB's are
+    _wave(log, 0, 0, [(5, 1, 2)], snapshot_id="s0")
+    _wave(log, 1, 0, [(3, 10**20 + 7, 10**20 + 9), (4, 10**20 + 3, 10**20 + 8)])
+    _wave(log, 2, 1, [(6, 10**20 + 11, 10**20 + 12)])
+    assert snapshot_positions(str(tmp_path), "s1") == (13, 10**20 + 3, 10**20 + 12)
+    assert snapshot_positions(str(tmp_path), "s0") == (5, 1, 2)
+    # a file without statistics: no answer from the log (the caller scans the table)
+    _wave(log, 3, 2, [None])
+    assert snapshot_positions(str(tmp_path), "s1") is None
+    # a log that no longer reaches the first wave: no answer either
+    (log / version_file(1)).unlink()
+    assert snapshot_positions(str(tmp_path), "s0") is None
