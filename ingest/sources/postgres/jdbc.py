@@ -34,7 +34,12 @@ NATIVE_ELEMENTS = {"bool", "int2", "int4", "int8", "float4", "float8", "text", "
 def jdbc_url(host: str, port: int, database: str) -> str:
     from urllib.parse import quote
 
-    return f"jdbc:postgresql://{host}:{port}/{quote(database, safe='')}?ApplicationName=ingest-snapshot"
+    # prepareThreshold=-1: the driver's forceBinary mode, every result in the binary protocol from the first
+    # execution (Spark runs each chunk's query once, so by default rows come as text the server formats and
+    # the driver parses again). A 10M-row snapshot here: the Spark server's JVM 19.2-20.5 CPU-s instead of
+    # 21.9-24.8, 15.6-15.8 s instead of 16.8-17.9.
+    return (f"jdbc:postgresql://{host}:{port}/{quote(database, safe='')}?ApplicationName=ingest-snapshot"
+            "&prepareThreshold=-1")
 
 
 def session_init(snapshot: str) -> str:
@@ -56,6 +61,15 @@ def literal(text: str) -> str:
 def _refused(col: str, before: str, after: str, sql_type: str) -> str:
     """An expression of type `sql_type` that fails with the message `before` <the value's text> `after`."""
     return f"CAST({literal(before)} || {col}::text || {literal(after)} AS {sql_type})"
+
+
+def epoch_micros(col: str) -> str:
+    """A timestamp's (or, in the session's UTC, a timestamptz's) microseconds since 1970 as a bigint, in
+    integer arithmetic but for the time of day: days times 86,400,000,000 plus the time's seconds, a
+    float8 that holds its microseconds exactly (under 86,400 with six decimals). EXTRACT(epoch), numeric
+    since PostgreSQL 14, took 1.5 against 1.3 s of server time for 5M rows."""
+    return (f"(({col})::date - DATE '1970-01-01')::bigint * 86400000000 "
+            f"+ (date_part('epoch', ({col})::time) * 1000000)::bigint")
 
 
 def jdbc_column(column: PgColumn, pg_type: PgType, index: int, table: str) -> JdbcColumn | None:
@@ -92,7 +106,7 @@ def jdbc_column(column: PgColumn, pg_type: PgType, index: int, table: str) -> Jd
         refused = _refused(col, f"{where}{kind} ", " is outside what Delta's timestamp holds (years 1-9999)" + fix,
                            "bigint")
         select = (f"CASE WHEN {col} >= '0001-01-01 00:00:00{zone}' AND {col} < '10000-01-01 00:00:00{zone}' "
-                  f"THEN (extract(epoch FROM {col}) * 1000000)::bigint WHEN {col} IS NOT NULL THEN {refused} END")
+                  f"THEN {epoch_micros(col)} WHEN {col} IS NOT NULL THEN {refused} END")
         # the session's time zone is UTC (lake/connect.py): the cast keeps a timestamp's wall clock
         spark = f"timestamp_micros({a})" if kind == "timestamptz" else f"CAST(timestamp_micros({a}) AS timestamp_ntz)"
     elif ct.spark == "string":
