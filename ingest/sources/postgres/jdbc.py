@@ -94,7 +94,10 @@ def jdbc_column(column: PgColumn, pg_type: PgType, index: int, table: str) -> Jd
             return None
         numeric = f"numeric({precision},{scale})"
         refused = _refused(col, where + "numeric ", " has no decimal value" + fix, numeric)
-        select = f"CASE WHEN {col} IN ('NaN', 'Infinity', '-Infinity') THEN {refused} ELSE {col} END::{numeric}"
+        # NaN sorts above Infinity: two comparisons find all three (the IN list's three cost 0.15-0.3 s of
+        # server time more for 5M rows)
+        select = (f"CASE WHEN {col} > '-Infinity' AND {col} < 'Infinity' THEN {col} "
+                  f"WHEN {col} IS NOT NULL THEN {refused} END::{numeric}")
     elif kind == "date":
         refused = _refused(col, where + "date ", " is outside what Delta's date holds (years 1-9999)" + fix,
                            "integer")
