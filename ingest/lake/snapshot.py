@@ -89,12 +89,26 @@ for the JVM to move them to its old generation, whose garbage then grew with the
 section, in git). A snapshot is read once, whole, by the silver merge; silver keeps the larger row groups for its readers."""
 
 
+def snapshot_parquet(stats_columns: Sequence[str]) -> dict[str, str]:
+    """A snapshot wave's Parquet writer settings (Hadoop-style keys, for its write only): row groups of
+    SNAPSHOT_ROW_GROUP_BYTES, and Parquet's own statistics (each page's and row group's min and max, and
+    the sizes) only for `stats_columns`, the columns Delta keeps statistics on: the key and `_pos`, which
+    a reader may filter on. Each statistic compares every value as it is written, strings and decimals
+    byte by byte: 10M rows of seven columns wrote in 5.6-5.7 s without them against 6.3-6.4 s."""
+    from ingest.lake.columns import lake_name
+
+    return {"parquet.block.size": str(SNAPSHOT_ROW_GROUP_BYTES),
+            "parquet.column.statistics.enabled": "false", "parquet.size.statistics.enabled": "false",
+            **{f"parquet.column.statistics.enabled#{lake_name(c)}": "true" for c in stats_columns}}
+
+
 def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves[U]:
     """Commit every remaining wave of a snapshot into the Delta table at `path`, in order."""
     from ingest.lake.merge import POS
     from ingest.lake.write import append, stats_on
 
-    properties = stats_on([*work.run.key_columns, POS])
+    stats_columns = [*work.run.key_columns, POS]
+    properties, parquet = stats_on(stats_columns), snapshot_parquet(stats_columns)
     for offset, group in enumerate(work.groups):
         record = replace(work.run, wave=work.run.wave + offset, complete=offset == len(work.groups) - 1,
                          progress=work.progress(group))
@@ -105,8 +119,7 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
         try:
             outcome = work.write(record.wave, lambda: append(df, path, record.metadata(), record.txn,
                                                              overwrite=first, overwrite_schema=first,
-                                                             properties=properties,
-                                                             row_group_bytes=SNAPSHOT_ROW_GROUP_BYTES))
+                                                             properties=properties, parquet=parquet))
         except Exception as exc:
             from ingest.lake.datasource import executor_error
 

@@ -181,15 +181,15 @@ def _drop_other_stats_columns(df, path: str, properties: dict[str, str]) -> None
 def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = False,
            overwrite_schema: bool = False, merge_schema: bool = False,
            properties: dict[str, str] | None = None, max_rows_per_file: int | None = None,
-           row_group_bytes: int | None = None) -> WriteOutcome:
+           parquet: dict[str, str] | None = None) -> WriteOutcome:
     """Append (or overwrite with) `df` in one commit that carries `metadata`.
 
     Safe to repeat: a second call with the same txn adds nothing. With `merge_schema` the
     table gains `df`'s new columns, and its columns widen where `df`'s types are wider.
     `properties`: table properties for a table this write creates (an existing table keeps its own).
     `max_rows_per_file`: a task starts a new file after this many rows.
-    `row_group_bytes`: Parquet row groups of this size instead of the server's (a writer holds a row
-    group's pages in memory until it is full).
+    `parquet`: Parquet writer settings (Hadoop-style keys such as `parquet.block.size`) for this write
+    only.
     """
     df = lake_columns(df)
     if merge_schema and table_version(path) is not None:
@@ -212,8 +212,8 @@ def append(df, path: str, metadata: dict[str, Any], txn: Txn, overwrite: bool = 
         writer = writer.option(key, value)
     if max_rows_per_file:
         writer = writer.option("maxRecordsPerFile", str(max_rows_per_file))
-    if row_group_bytes:  # Spark hands a session's Hadoop-style keys to the file writers
-        with session_conf(df.sparkSession, {"parquet.block.size": str(row_group_bytes)}):
+    if parquet:  # Spark hands a session's Hadoop-style keys to the file writers
+        with session_conf(df.sparkSession, parquet):
             writer.save(path)
     else:
         writer.save(path)

@@ -32,6 +32,17 @@ def test_composite_key_table(spark, root, params, tmp_path):
     got = sorted((int(r[0]), r[1], r[2]) for r in
                  spark.read.format("delta").load(path).select("order_id", "line_no", "sku").collect())
     assert got == source_rows(root, "SELECT order_id, line_no, sku FROM olines")
+    # Parquet's page and row-group statistics: the key's and _pos's, which readers filter on, and no other
+    import pyarrow.parquet as pq
+    from pathlib import Path
+
+    files = sorted(Path(path).glob("*.parquet"))
+    assert files
+    for file in files:
+        group = pq.ParquetFile(file).metadata.row_group(0)
+        kept = {group.column(i).path_in_schema for i in range(group.num_columns)
+                if group.column(i).is_stats_set and group.column(i).statistics.has_min_max}
+        assert kept == {"order_id", "line_no", "_pos"}, (file.name, kept)
 
 
 def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_path, mariadb):
