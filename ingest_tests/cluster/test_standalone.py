@@ -50,13 +50,15 @@ def cluster(tmp_path_factory):
     launched and the server are all gone."""
     from ingest.lake import connect
     from ingest.localdev.cluster import StandaloneCluster, worker_python
-    from ingest.localdev.processes import SHORT_LIVED_JVM, alive, free_port
+    from ingest.localdev.processes import SHORT_LIVED_JVM, free_port, process_alive, process_identity
 
     folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-test-"))
     ui = free_port()
     python = worker_python(tmp_path_factory.mktemp("worker"))
     standalone = StandaloneCluster(folder / "cluster", java_options=SHORT_LIVED_JVM).start()
-    started = [p.pid for p in standalone.processes]
+    # identities (PID and start time), not PIDs: a process that ended during the module (a replaced server, a
+    # killed executor) may have left its PID to another of the suite's processes by the end
+    started = [process_identity(p.pid) for p in standalone.processes]
     # the server's settings as a supervised `ingest spark run` on the driver takes them (INGEST_SPARK_CONF)
     settings = folder / "spark.conf"
     settings.write_text("".join(f"{k} {v}\n" for k, v in {
@@ -65,16 +67,18 @@ def cluster(tmp_path_factory):
         # the module's JVMs live minutes (and executors are killed): C1 only, as processes.SHORT_LIVED_JVM says
         "spark.executor.extraJavaOptions": " ".join(SHORT_LIVED_JVM),
         "spark.driver.extraJavaOptions": connect.SHORT_LIVED_SERVER_OPTIONS}.items()))
-    states = []
     try:
-        states.append(connect.start_local(folder / "spark", connect.configured_conf(
-            {"INGEST_SPARK_CONF": str(settings)})))
+        state = connect.start_local(folder / "spark", connect.configured_conf({"INGEST_SPARK_CONF": str(settings)}))
+        started.append(process_identity(state.pid))
         yield Cluster(folder / "spark", settings, ui, python, standalone)
-        started += executor_pids()
+        started += [process_identity(pid) for pid in executor_pids()]
     finally:
-        states.append(connect.stop_local(folder / "spark"))  # the one running now: a test may have replaced it
+        running = connect.read_state(folder / "spark")  # the one running now: a test may have replaced it
+        if running:
+            started.append(process_identity(running.pid))
+        connect.stop_local(folder / "spark")
         standalone.stop()
-    assert [pid for pid in (*started, *(s.pid for s in states if s)) if alive(pid)] == []
+    assert [who for who in started if process_alive(who)] == []
 
 
 @dataclass(frozen=True)
