@@ -468,26 +468,28 @@ def test_the_jdbc_reader_refuses_a_numeric_nan_and_keeps_every_finite_value_and_
         conn.execute("CREATE TABLE priced (id int PRIMARY KEY, price numeric(6,2))")
         conn.execute("INSERT INTO priced VALUES (1, 9999.99), (2, -9999.99), (3, NULL), (4, 0)")
     params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
-    for value in ("NaN", None):
+
+    def snapshot(price: str | None, path):
         with pg.connect() as conn:
-            conn.execute("UPDATE priced SET price = %s WHERE id = 4", (value,))
-        path = tmp_path / f"priced_{value}"
-        write = PgSnapshotWrite("shop", params, "priced_src", "public.priced", chunk_size=2, parallelism=2,
-                                chunks_per_commit=4)
+            conn.execute("UPDATE priced SET price = %s WHERE id = 4", (price,))
         try:
-            if value is None:
-                write.apply(spark, str(path), print)
-                got = sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).select("id", "price").collect())
-                assert [(i, None if p is None else str(p)) for i, p in got] == [
-                    (1, "9999.99"), (2, "-9999.99"), (3, None), (4, None)]
-            else:
-                with pytest.raises(Exception, match=rf"column price of public\.priced: numeric {value} has no decimal value"):
-                    write.apply(spark, str(path), print)
-                assert not list(path.glob("_delta_log/*.json"))
+            PgSnapshotWrite("shop", params, "priced_src", "public.priced", chunk_size=2, parallelism=2,
+                            chunks_per_commit=4).apply(spark, str(path), print)
         finally:
             with pg.connect() as conn:
                 conn.execute("SELECT pg_drop_replication_slot('priced_src') "
                              "WHERE EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'priced_src')")
+
+    refused = tmp_path / "priced_nan"
+    with pytest.raises(Exception, match=r"column price of public\.priced: numeric NaN has no decimal value"):
+        snapshot("NaN", refused)
+    assert not list(refused.glob("_delta_log/*.json"))
+
+    landed = tmp_path / "priced"
+    snapshot(None, landed)
+    got = sorted(tuple(r) for r in spark.read.format("delta").load(str(landed)).select("id", "price").collect())
+    assert [(i, None if p is None else str(p)) for i, p in got] == [
+        (1, "9999.99"), (2, "-9999.99"), (3, None), (4, None)]
 
 
 def test_a_spark_server_without_the_jdbc_driver_is_named_with_the_fix_and_nothing_is_written(pg, spark, tmp_path,

@@ -1,5 +1,8 @@
 """Chunked, parallel snapshots and the silver merge, against a real MariaDB and real Delta."""
 
+from pathlib import Path
+
+import pyarrow.parquet as pq
 import pytest
 
 from ingest.lake.columns import SOURCE_NAME, lake_name
@@ -33,9 +36,6 @@ def test_composite_key_table(spark, root, params, tmp_path):
                  spark.read.format("delta").load(path).select("order_id", "line_no", "sku").collect())
     assert got == source_rows(root, "SELECT order_id, line_no, sku FROM olines")
     # Parquet's page and row-group statistics: the key's and _pos's, which readers filter on, and no other
-    import pyarrow.parquet as pq
-    from pathlib import Path
-
     files = sorted(Path(path).glob("*.parquet"))
     assert files
     for file in files:

@@ -67,7 +67,7 @@ def epoch_micros(col: str) -> str:
     """A timestamp's (or, in the session's UTC, a timestamptz's) microseconds since 1970 as a bigint, in
     integer arithmetic but for the time of day: days times 86,400,000,000 plus the time's seconds, a
     float8 that holds its microseconds exactly (under 86,400 with six decimals). EXTRACT(epoch), numeric
-    since PostgreSQL 14, took 1.5 against 1.3 s of server time for 5M rows."""
+    since PostgreSQL 14, took 1.40 against 1.28 s of server time for 5M rows."""
     return (f"(({col})::date - DATE '1970-01-01')::bigint * 86400000000 "
             f"+ (date_part('epoch', ({col})::time) * 1000000)::bigint")
 
