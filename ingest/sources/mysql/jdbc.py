@@ -32,8 +32,8 @@ DRIVER = "org.mariadb.jdbc.Driver"
 SESSION_INIT = ("SET SESSION time_zone = '+00:00'; SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; "
                 "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
 POSITION_COLUMN = "_pos"
-YEAR_1_TO_EPOCH_MICROS = 719_162 * 86_400 * 10**6
-"""Microseconds from 0001-01-01 to 1970-01-01 (719,162 days)."""
+EPOCH_TO_SECONDS = 719_528 * 86_400
+"""TO_SECONDS('1970-01-01'): MariaDB counts 719,528 days from year 0 to the epoch."""
 
 
 def jdbc_url(host: str, port: int, database: str) -> str:
@@ -73,11 +73,13 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
         select = f"LPAD(HEX({col}), {2 * size}, '0')"
         spark = f"unhex({a})"
     elif kind == "datetime":
-        # microseconds since 0001-01-01 (both sides count in the proleptic Gregorian calendar, so dates
+        # microseconds since the epoch (both sides count in the proleptic Gregorian calendar, so dates
         # before 1582 are not shifted as java.sql.Timestamp would); a zero or partial-zero value has no
         # such number and is NULL. A number over the wire and integer arithmetic, not text to parse.
-        select = f"TIMESTAMPDIFF(MICROSECOND, '0001-01-01 00:00:00', {col})"
-        spark = f"CAST(timestamp_micros({a} - {YEAR_1_TO_EPOCH_MICROS}) AS timestamp_ntz)"
+        # TO_SECONDS gives what TIMESTAMPDIFF(MICROSECOND, ...) gives, zero and invalid dates included,
+        # for less: 10M DATETIME(3) values cost the server 0.3 CPU-s above the bare column against 0.8.
+        select = f"(TO_SECONDS({col}) - {EPOCH_TO_SECONDS}) * 1000000 + MICROSECOND({col})"
+        spark = f"CAST(timestamp_micros({a}) AS timestamp_ntz)"
     elif kind == "date":
         select = f"DATEDIFF({col}, '1970-01-01')"  # days since the epoch; NULL for zero and partial-zero dates
         spark = f"date_from_unix_date(CAST({a} AS int))"
