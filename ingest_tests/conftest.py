@@ -11,6 +11,12 @@ import pytest
 from ingest.localdev.processes import free_port  # noqa: F401 - the tests' ports come from here
 
 
+# A pytest started in the background by a script (no job control) begins with SIGINT ignored, and every
+# process a test starts inherits that. `dagster dev` gives SIGTERM SIGINT's handler, so it then ignored
+# both, and each test that stops one with SIGINT waited its 60 s for the SIGKILL. As in a terminal:
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 _SIGTERM_AT_START = signal.getsignal(signal.SIGTERM)
 
 
