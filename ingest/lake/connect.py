@@ -60,7 +60,7 @@ HEAP_OPTIONS = (
 )
 
 # A server that lives minutes (a test's one-trial or cluster server): these heap settings, C1 alone.
-SHORT_LIVED_SERVER_OPTIONS = " ".join((*HEAP_OPTIONS, SHORT_LIVED_JIT))
+SHORT_LIVED_SERVER_OPTIONS = " ".join((*HEAP_OPTIONS, *SHORT_LIVED_JIT))
 
 # Delta keeps every table it has opened in a cache (its log, its last snapshot's state and the plans
 # built on it), 10,000 tables by default and for an hour. Each of ours held about 3 MiB of the heap:
