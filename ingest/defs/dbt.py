@@ -31,8 +31,19 @@ GROUP = "analytics"
 
 
 def dbt_executable() -> str:
-    """The venv's dbt: a run worker's PATH need not include the venv."""
+    """The venv's dbt (bin/setup writes it; dbt itself is in .venv/dbt): a run worker's PATH need not
+    include the venv."""
     return str(Path(sys.executable).parent / "dbt")
+
+
+class DbtCli(DbtCliResource):
+    """dagster-dbt's resource without its in-process dbt adapter. dbt-core is not importable where Dagster
+    runs (dbt_project/requirements.txt says why), and the adapter serves only metadata this project does
+    not fetch (row counts, column schemas); without this, each dbt run would log the failed attempt to
+    make one as a warning."""
+
+    def _initialize_dbt_core_adapter(self, args):
+        return None
 
 
 def project_dir(config: SourcesConfig) -> Path:
@@ -126,7 +137,7 @@ def environment(values: dict[str, str]):
                 os.environ[key] = value
 
 
-def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCliResource]:
+def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCli]:
     project = project_dir(config)
     manifest_path = prepare_manifest(project)
     manifest = json.loads(manifest_path.read_text())
@@ -146,5 +157,5 @@ def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[Asse
         with environment({"SPARK_REMOTE": spark.join_url(), "INGEST_LAKE_ROOT": lake_root}):
             yield from dbt.cli(["build", "--vars", json.dumps({"lake_root": lake_root})], context=context).stream()
 
-    resource = DbtCliResource(project_dir=str(project), profiles_dir=str(project), dbt_executable=dbt_executable())
+    resource = DbtCli(project_dir=str(project), profiles_dir=str(project), dbt_executable=dbt_executable())
     return _dbt_models, resource
