@@ -36,6 +36,16 @@ def dbt_executable() -> str:
     return str(Path(sys.executable).parent / "dbt")
 
 
+def check_dbt_installed(config: SourcesConfig) -> None:
+    """dbt is not a dependency of the package (dbt_project/requirements.txt): a venv made without
+    bin/setup has no dbt, which `dbt parse` and every dbt run would fail on with a bare 'No such file'."""
+    executable = Path(dbt_executable())
+    if not os.access(executable, os.X_OK):
+        raise ConfigError(f"{config.path}: dbt models are configured (dbt.project_dir), but {executable} does not "
+                          "exist. Fix: run bin/setup, which installs dbt_project/requirements.txt into .venv/dbt and "
+                          "writes that script, or remove `dbt:` from the sources file")
+
+
 class DbtCli(DbtCliResource):
     """dagster-dbt's resource without its in-process dbt adapter. dbt-core is not importable where Dagster
     runs (dbt_project/requirements.txt says why), and the adapter serves only metadata this project does
@@ -138,6 +148,7 @@ def environment(values: dict[str, str]):
 
 
 def build_dbt_assets(config: SourcesConfig, lake_root: str, known: Iterable[AssetKey]) -> tuple[AssetsDefinition, DbtCli]:
+    check_dbt_installed(config)
     project = project_dir(config)
     manifest_path = prepare_manifest(project)
     manifest = json.loads(manifest_path.read_text())

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest.defs.dbt import dbt_executable
+import pytest
+
+from ingest.config import ConfigError, parse_config
+from ingest.defs.dbt import build_dbt_assets, dbt_executable
 
 ROOT = Path(__file__).resolve().parents[2]
 DBT_MODULES = ("dbt", "dbt_common", "dbt_adapters", "dbt_semantic_interfaces")
@@ -50,3 +53,11 @@ def test_the_venvs_dbt_parses_the_project_with_the_spark_adapter(tmp_path):
     assert manifest["metadata"]["dbt_version"] == _pin("dbt-core")
     assert manifest["metadata"]["adapter_type"] == "spark"
     assert any(n["resource_type"] == "model" for n in manifest["nodes"].values())
+
+
+def test_dbt_models_without_the_venvs_dbt_are_a_config_error_naming_the_fix(tmp_path, monkeypatch):
+    # a venv made by `pip install` alone, without bin/setup: its bin holds no dbt
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "bin" / "python"))
+    config = parse_config({"sources": {}, "dbt": {"project_dir": str(ROOT / "dbt_project")}}, "sources.yaml")
+    with pytest.raises(ConfigError, match=r"sources.yaml: dbt models are configured.*bin/dbt does not exist.*bin/setup"):
+        build_dbt_assets(config, str(tmp_path / "lake"), [])
