@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetKey, AssetsDefinition, Failure
@@ -34,6 +35,11 @@ def dbt_executable() -> str:
     """The venv's dbt (bin/setup writes it; dbt itself is in .venv/dbt): a run worker's PATH need not
     include the venv."""
     return str(Path(sys.executable).parent / "dbt")
+
+
+def dbt_folder() -> Path:
+    """Where bin/setup installs dbt (dbt_project/requirements.txt), next to the venv's bin."""
+    return Path(sys.prefix) / "dbt"
 
 
 def check_dbt_installed(config: SourcesConfig) -> None:
@@ -54,6 +60,18 @@ class DbtCli(DbtCliResource):
 
     def _initialize_dbt_core_adapter(self, args):
         return None
+
+    @cached_property
+    def _cli_version(self):
+        """The engine's version from its package metadata in .venv/dbt. dagster-dbt would run `dbt --version`
+        before every dbt run for it: a dbt process of its own (2 s), which also asks PyPI for the newest
+        release. Without that metadata, dagster-dbt's own way."""
+        from importlib.metadata import distributions
+
+        from packaging.version import Version
+
+        found = [d.version for d in distributions(path=[str(dbt_folder())]) if d.metadata["Name"] == "dbt-core"]
+        return Version(found[0]) if found else super()._cli_version
 
 
 def project_dir(config: SourcesConfig) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingest.config import ConfigError, parse_config
-from ingest.defs.dbt import build_dbt_assets, dbt_executable
+from ingest.defs.dbt import DbtCli, build_dbt_assets, dbt_executable
 
 ROOT = Path(__file__).resolve().parents[2]
 DBT_MODULES = ("dbt", "dbt_common", "dbt_adapters", "dbt_semantic_interfaces")
@@ -61,3 +61,17 @@ def test_dbt_models_without_the_venvs_dbt_are_a_config_error_naming_the_fix(tmp_
     config = parse_config({"sources": {}, "dbt": {"project_dir": str(ROOT / "dbt_project")}}, "sources.yaml")
     with pytest.raises(ConfigError, match=r"sources.yaml: dbt models are configured.*bin/dbt does not exist.*bin/setup"):
         build_dbt_assets(config, str(tmp_path / "lake"), [])
+
+
+def test_the_engines_version_comes_from_its_metadata_and_is_what_dbt_says(tmp_path):
+    # dagster-dbt would run `dbt --version` before every dbt run to learn it
+    said = subprocess.run([dbt_executable(), "--version"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}).stdout
+    assert f"installed: {_pin('dbt-core')}" in said, said
+    # an executable that would say otherwise is not asked
+    other = tmp_path / "dbt"
+    other.write_text("#!/bin/sh\necho 'Core:\n  - installed: 0.0.1'\n")
+    other.chmod(0o755)
+    resource = DbtCli(project_dir=str(ROOT / "dbt_project"), profiles_dir=str(ROOT / "dbt_project"),
+                      dbt_executable=str(other))
+    assert str(resource._cli_version) == _pin("dbt-core")
