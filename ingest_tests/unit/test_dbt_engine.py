@@ -1,6 +1,6 @@
-"""dbt runs from its own folder (.venv/dbt, bin/setup): the processes that load the code location, a run's
-worker among them, load the dbt models without importing dbt-core, and the venv's dbt still parses the
-project with the Spark adapter."""
+"""dbt runs from its own folder (.venv/dbt, bin/setup): the processes that load the code location (code
+servers, warm run workers, `dagster asset materialize`) load the dbt models without importing dbt-core, and
+the venv's dbt still parses the project with the Spark adapter and is not asked for its version."""
 
 import json
 import os
@@ -23,7 +23,7 @@ def _pin(name: str) -> str:
 
 
 def test_the_code_location_loads_its_dbt_models_without_importing_dbt(tmp_path):
-    # a fresh interpreter, as a run's worker or a code server loads the location; the demo's sources file has dbt
+    # a fresh interpreter, as a code server or a warm run worker loads the location; the demo's sources file has dbt
     script = ("import json, sys\n"
               "import ingest.defs.definitions as d\n"
               "repo = d.defs.get_repository_def()\n"
