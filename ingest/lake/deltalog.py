@@ -38,6 +38,10 @@ class LogStore(Protocol):
     def newest_version(self) -> int | None:
         """The newest commit version, None when the table has no log."""
 
+    def tail(self, relative: str, size: int) -> bytes | None:
+        """The last `size` bytes of the table's data file `relative` (as an `add` action names it), None
+        when it does not exist."""
+
 
 @dataclass(frozen=True)
 class LocalLogStore:
@@ -46,6 +50,16 @@ class LocalLogStore:
     def read(self, name: str) -> bytes | None:
         try:
             with open(os.path.join(self.folder, name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def tail(self, relative: str, size: int) -> bytes | None:
+        """The last `size` bytes (the whole file when it is smaller) of the table's file `relative` (a
+        path in the table's folder, as an `add` action names it), None when it does not exist."""
+        try:
+            with open(os.path.join(os.path.dirname(self.folder), relative), "rb") as f:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - size))
                 return f.read()
         except FileNotFoundError:
             return None
@@ -128,6 +142,16 @@ class S3LogStore:
             return None
         except Exception as exc:
             self._refused(exc, self.prefix + name)
+            raise
+
+    def tail(self, relative: str, size: int) -> bytes | None:
+        key = self.prefix.removesuffix(f"{LOG_DIR}/") + relative
+        try:  # a suffix range: S3 answers with the whole object when it is smaller
+            return self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=-{size}")["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            return None
+        except Exception as exc:
+            self._refused(exc, key)
             raise
 
     def newest_version(self) -> int | None:

@@ -92,9 +92,10 @@ section, in git). A snapshot is read once, whole, by the silver merge; silver ke
 def snapshot_parquet(stats_columns: Sequence[str]) -> dict[str, str]:
     """A snapshot wave's Parquet writer settings (Hadoop-style keys, for its write only): row groups of
     SNAPSHOT_ROW_GROUP_BYTES, and Parquet's own statistics (each page's and row group's min and max, and
-    the sizes) only for `stats_columns`, the columns Delta keeps statistics on: the key and `_pos`, which
-    a reader may filter on. Each statistic compares every value as it is written, strings and decimals
-    byte by byte: 10M rows of seven columns wrote in 5.6-5.7 s without them against 6.3-6.4 s."""
+    the sizes) only for `stats_columns`: the key, which a reader may filter on, and `_pos`, whose range
+    snapshot_positions reads from the footers. Each statistic compares every value as it is written,
+    strings and decimals byte by byte: 10M rows of seven columns wrote in 5.6-5.7 s without them against
+    6.3-6.4 s."""
     from ingest.lake.columns import lake_name
 
     return {"parquet.block.size": str(SNAPSHOT_ROW_GROUP_BYTES),
@@ -107,8 +108,10 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
     from ingest.lake.merge import POS
     from ingest.lake.write import append, stats_on
 
-    stats_columns = [*work.run.key_columns, POS]
-    properties, parquet = stats_on(stats_columns), snapshot_parquet(stats_columns)
+    keys = list(work.run.key_columns)
+    # Delta's statistics on the key alone: on `_pos` (a decimal(38,0), a BigDecimal compared per row)
+    # they cost a 10M-row snapshot about 0.5 s, and Parquet's own give its range (snapshot_positions)
+    properties, parquet = stats_on(keys), snapshot_parquet([*keys, POS])
     for offset, group in enumerate(work.groups):
         record = replace(work.run, wave=work.run.wave + offset, complete=offset == len(work.groups) - 1,
                          progress=work.progress(group))
@@ -133,38 +136,112 @@ def commit_waves(path: str, work: Waves[U], log: Callable[[str], None]) -> Waves
 def snapshot_table_rows(spark, path: str, snapshot_id: str) -> int:
     """The rows of the table the snapshot `snapshot_id` wrote: from its waves' commits, or counted by a
     Spark job (the table's size, not its log's) when the log no longer reaches its first wave."""
-    found = snapshot_positions(path, snapshot_id)
-    return spark.read.format("delta").load(path).count() if found is None else found[0]
+    adds = snapshot_adds(path, snapshot_id)
+    rows = None if adds is None else file_rows(adds)
+    return spark.read.format("delta").load(path).count() if rows is None else rows
 
 
-def snapshot_positions(path: str, snapshot_id: str) -> tuple[int, int | None, int | None] | None:
-    """(rows, lowest `_pos`, highest `_pos`) of the snapshot `snapshot_id` at `path`, from the statistics
-    of the files its waves' commits added (each wave records them for `_pos`), without a Spark job: Delta
-    answers count, min and max by scanning the column (2 s for 10M rows). None when the log no longer
-    reaches its first wave or a file has no `_pos` statistics."""
-    import json
-
+def snapshot_adds(path: str, snapshot_id: str, client: Any = None) -> list[dict[str, Any]] | None:
+    """The `add` actions of the snapshot `snapshot_id`'s waves' commits at `path`, None when the log no
+    longer reaches its first wave."""
     from ingest.lake.deltalog import added_files
-    from ingest.lake.merge import POS
 
-    rows, lows, highs = 0, [], []
-    for info in our_commits(path):
+    found: list[dict[str, Any]] = []
+    for info in our_commits(path, client):
         meta = info.metadata
         if meta.get("kind") != "snapshot" or meta.get("snapshot_id") != snapshot_id:
             continue
-        adds = added_files(path, info.version)
+        adds = added_files(path, info.version, client)
         if adds is None:
             return None
-        for add in adds:
-            stats = json.loads(add.get("stats") or "{}")
-            if "numRecords" not in stats:
-                return None
-            rows += int(stats["numRecords"])
-            if stats["numRecords"] > stats.get("nullCount", {}).get(POS, 0):
-                if POS not in stats.get("minValues", {}) or POS not in stats.get("maxValues", {}):
-                    return None
-                lows.append(int(stats["minValues"][POS]))
-                highs.append(int(stats["maxValues"][POS]))
+        found.extend(adds)
         if meta.get("wave") == 0:
-            return rows, min(lows, default=None), max(highs, default=None)
+            return found
     return None
+
+
+def file_rows(adds: Sequence[dict[str, Any]]) -> int | None:
+    """The rows the files of `adds` hold, from their statistics; None when a file has none (pure)."""
+    import json
+
+    stats = [json.loads(add.get("stats") or "{}") for add in adds]
+    return None if any("numRecords" not in s for s in stats) else sum(int(s["numRecords"]) for s in stats)
+
+
+def snapshot_positions(path: str, snapshot_id: str) -> tuple[int, int | None, int | None] | None:
+    """(rows, lowest `_pos`, highest `_pos`) of the snapshot `snapshot_id` at `path` without a Spark job
+    (Delta answers count, min and max by scanning the column: 2 s for 10M rows). The rows come from the
+    statistics of the files its waves' commits added, the positions from each file's Parquet footer
+    (Delta's statistics on `_pos` cost a 10M-row snapshot about 0.5 s; a table written before they were
+    dropped has them, and they serve). None when the log no longer reaches its first wave or a file has
+    no statistics."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ingest.lake.deltalog import log_store
+    from ingest.lake.merge import POS
+
+    store = log_store(path)
+    adds = snapshot_adds(path, snapshot_id, getattr(store, "client", None))
+    rows = None if adds is None else file_rows(adds)
+    if rows is None:
+        return None
+    ranges: list[tuple[int, int]] = []
+    footers = []
+    for add in adds:
+        stats = json.loads(add["stats"])
+        if POS in stats.get("minValues", {}) and POS in stats.get("maxValues", {}):
+            ranges.append((int(stats["minValues"][POS]), int(stats["maxValues"][POS])))
+        elif stats["numRecords"] > stats.get("nullCount", {}).get(POS, 0):
+            footers.append(add["path"])
+    # one ranged read a file, on S3 a GET each: several at once
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = list(pool.map(lambda name: parquet_ranges(store, name, POS), footers))
+    if any(r is None for r in found):
+        return None
+    ranges.extend(r for groups in found for r in groups)
+    return rows, min((lo for lo, _ in ranges), default=None), max((hi for _, hi in ranges), default=None)
+
+
+FOOTER_READ = 64 * 1024
+"""Bytes read from a Parquet file's end for its footer: a snapshot file's is a few KiB."""
+
+
+def parquet_ranges(store, relative: str, column: str, read: int = FOOTER_READ) -> list[tuple[int, int]] | None:
+    """The lowest and highest integer value of `column` in each row group of the table's Parquet file
+    `relative` that holds one, from the footer's statistics (one ranged read of `read` bytes from the
+    end, a second when the footer is larger); None when the file, the column or a row group's
+    statistics are missing."""
+    import struct
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if "://" in relative:  # a file outside the table's folder (a shallow clone's)
+        return None
+    name = unquote(relative)  # an add action's path is URL-encoded
+    tail = store.tail(name, read)
+    if tail is None or len(tail) < 12 or tail[-4:] != b"PAR1":
+        return None
+    length = struct.unpack("<I", tail[-8:-4])[0] + 8
+    if length > len(tail):
+        tail = store.tail(name, length)
+        if tail is None or len(tail) < length:
+            return None
+    # the footer alone, behind the magic that opens a Parquet file: pyarrow reads it from the end
+    metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-length:]))
+    index = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
+    if index is None:
+        return None
+    ranges = []
+    for group in range(metadata.num_row_groups):
+        chunk = metadata.row_group(group).column(index)
+        stats = chunk.statistics if chunk.is_stats_set else None
+        if stats is None:
+            return None
+        if stats.has_min_max:
+            ranges.append((int(stats.min), int(stats.max)))
+        elif stats.null_count != chunk.num_values:  # values without a min and max
+            return None
+    return ranges

@@ -9,7 +9,9 @@ import boto3
 import pytest
 from dagster import DagsterInstance
 
+from ingest.lake.deltalog import last_commit
 from ingest.lake.locks import LockTimeout, ensure_table, table_lock
+from ingest.lake.snapshot import snapshot_positions
 from ingest_tests.integration.cdc_harness import CdcHarness, write_sources
 
 
@@ -38,6 +40,10 @@ def test_a_full_sync_writes_and_reads_its_delta_tables_on_s3(aws, spark, mariadb
     assert harness.resources["lake"].lake_root == f"s3a://{bucket}/lake"
 
     harness.snapshot()
+    # its rows and position range from the log and ranged reads of the Parquet footers on S3
+    snapshot_path = f"s3a://{bucket}/lake/src/items/snapshot"
+    found = snapshot_positions(snapshot_path, last_commit(snapshot_path, kind="snapshot").metadata["snapshot_id"])
+    assert found is not None and found[0] == 500 and 0 < found[1] <= found[2]
     with root.cursor() as cur:
         cur.execute("UPDATE items SET v = 'changed' WHERE id <= 10")
         cur.execute("DELETE FROM items WHERE id > 490")

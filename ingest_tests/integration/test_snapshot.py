@@ -1,14 +1,16 @@
 """Chunked, parallel snapshots and the silver merge, against a real MariaDB and real Delta."""
 
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from ingest.lake.columns import SOURCE_NAME, lake_name
-from ingest.lake.deltalog import commits, last_commit
+from ingest.lake.deltalog import added_files, commits, last_commit
 from ingest.lake.merge import live_rows, row_counts
 from ingest.lake.silver import SilverFromSnapshot, SnapshotNotFinished
+from ingest.lake.snapshot import snapshot_positions
 from ingest.lake.tables import LakeTable
 from ingest.sources.mysql.errors import NoPrimaryKey, TableNotFound
 from ingest.sources.mysql.positions import BinlogPosition
@@ -66,6 +68,11 @@ def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_
     # every row carries its chunk's consistent-snapshot position, at or after the log start
     lo, hi = df.selectExpr("min(_pos)", "max(_pos)").first()
     assert progress.log_start.row_pos() <= lo <= hi and progress.log_start >= head
+    # the same count and range without a Spark job: Delta keeps statistics on the key alone, and the
+    # range comes from the Parquet footers Spark wrote
+    adds = [a for c in ours for a in added_files(path, c.version)]
+    assert len(adds) >= 3 and all(set(json.loads(a["stats"])["minValues"]) == {"id"} for a in adds)
+    assert snapshot_positions(path, progress.snapshot_id) == (200_000, lo, hi)
 
 
 def test_log_start_is_not_after_the_binlog_head_when_the_snapshot_ends(spark, root, params, tmp_path):

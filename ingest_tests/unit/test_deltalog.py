@@ -181,3 +181,66 @@ def test_a_snapshots_rows_and_pos_range_come_from_its_waves_file_statistics(tmp_
     # a log that no longer reaches the first wave: no answer either
     (log / version_file(1)).unlink()
     assert snapshot_positions(str(tmp_path), "s0") is None
+
+
+def _parquet(folder, name, positions, row_group_size=None):
+    """A Parquet file of a snapshot's shape (`id`, `_pos` decimal(38,0)) as the table's file `name`."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"id": pa.array(range(len(positions)), pa.int64()),
+                      "_pos": pa.array([None if p is None else decimal.Decimal(p) for p in positions],
+                                       pa.decimal128(38, 0))})
+    pq.write_table(table, folder / name, row_group_size=row_group_size)
+
+
+def test_without_delta_statistics_on_pos_the_range_comes_from_the_parquet_footers(tmp_path):
+    from ingest.lake.snapshot import snapshot_positions
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    meta = {"kind": "snapshot", "source": "shop", "table": "orders", "snapshot_id": "s1"}
+    big = 10**20  # MariaDB's positions are beyond 2**64
+
+    def wave(version, wave, files):
+        lines = [{"commitInfo": {"operation": "WRITE",
+                                 "userMetadata": encode_user_metadata({**meta, "wave": wave}, Txn("app", wave))}}]
+        for name, positions in files:
+            _parquet(tmp_path, name, positions, row_group_size=2)
+            # Delta's statistics on the key only, as a snapshot wave now writes them
+            stats = {"numRecords": len(positions), "minValues": {"id": 0}, "maxValues": {"id": 9}, "nullCount": {"id": 0}}
+            lines.append({"add": {"path": name.replace(" ", "%20"), "stats": json.dumps(stats)}})
+        (log / version_file(version)).write_text("\n".join(json.dumps(x) for x in lines))
+
+    # a name an add action URL-encodes; row groups of two rows, each with its own range; an empty file
+    wave(0, 0, [("part a.parquet", [big + 7, big + 7, big + 5]), ("part-b.parquet", [])])
+    wave(1, 1, [("part-c.parquet", [big + 9, None, None, big + 12])])
+    assert snapshot_positions(str(tmp_path), "s1") == (7, big + 5, big + 12)
+
+
+def test_a_footer_larger_than_the_first_read_takes_a_second(tmp_path):
+    from ingest.lake.deltalog import log_store
+    from ingest.lake.snapshot import parquet_ranges
+
+    _parquet(tmp_path, "f.parquet", [3, 1, 8, 2, 5], row_group_size=2)
+    store = log_store(str(tmp_path))
+    whole = parquet_ranges(store, "f.parquet", "_pos")
+    assert whole == [(1, 3), (2, 8), (5, 5)]
+    assert parquet_ranges(store, "f.parquet", "_pos", read=16) == whole  # 16 bytes: only the footer's length
+    assert parquet_ranges(store, "f.parquet", "no_such_column") is None
+    assert parquet_ranges(store, "missing.parquet", "_pos") is None
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    assert parquet_ranges(store, "bad.parquet", "_pos") is None
+
+
+def test_a_file_without_pos_statistics_in_its_footer_gives_no_range(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ingest.lake.deltalog import log_store
+    from ingest.lake.snapshot import parquet_ranges
+
+    pq.write_table(pa.table({"_pos": pa.array([1, 2], pa.int64())}), tmp_path / "f.parquet", write_statistics=False)
+    assert parquet_ranges(log_store(str(tmp_path)), "f.parquet", "_pos") is None
