@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ingest.lake.commits import Txn, unfinished_snapshot
-from ingest.lake.deltalog import last_commit, our_commits
+from ingest.lake.deltalog import LogStore, last_commit, our_commits
 from ingest.transforms import TableTransforms
 
 U = TypeVar("U")
@@ -207,7 +207,8 @@ FOOTER_READ = 64 * 1024
 """Bytes read from a Parquet file's end for its footer: a snapshot file's is a few KiB."""
 
 
-def parquet_ranges(store, relative: str, column: str, read: int = FOOTER_READ) -> list[tuple[int, int]] | None:
+def parquet_ranges(store: LogStore, relative: str, column: str,
+                   read: int = FOOTER_READ) -> list[tuple[int, int]] | None:
     """The lowest and highest integer value of `column` in each row group of the table's Parquet file
     `relative` that holds one, from the footer's statistics (one ranged read of `read` bytes from the
     end, a second when the footer is larger); None when the file, the column or a row group's

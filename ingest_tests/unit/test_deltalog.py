@@ -220,7 +220,7 @@ def test_without_delta_statistics_on_pos_the_range_comes_from_the_parquet_footer
     assert snapshot_positions(str(tmp_path), "s1") == (7, big + 5, big + 12)
 
 
-def test_a_footer_larger_than_the_first_read_takes_a_second(tmp_path):
+def test_footer_ranges_per_row_group_a_second_read_for_a_large_footer_none_without_file_or_column(tmp_path):
     from ingest.lake.deltalog import log_store
     from ingest.lake.snapshot import parquet_ranges
 
