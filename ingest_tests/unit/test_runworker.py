@@ -36,10 +36,14 @@ def _start(tmp_path: Path, parent: int | None = None) -> subprocess.Popen:
     """)
     process = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 30
-    while not (tmp_path / "w.sock").exists():
+    while True:  # the socket's file exists from bind(); a connect before listen() is refused
         assert process.poll() is None and time.monotonic() < deadline, "the worker did not start"
-        time.sleep(0.05)
-    return process
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(tmp_path / "w.sock"))
+            return process
+        except OSError:
+            time.sleep(0.05)
 
 
 def _ask(path: Path, line: str) -> dict:
