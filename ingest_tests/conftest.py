@@ -41,7 +41,7 @@ def spark_server(tmp_path_factory):
     import tempfile
     from pathlib import Path
 
-    from ingest.lake.connect import start_local, stop_local
+    from ingest.lake.connect import HEAP_OPTIONS, start_local, stop_local
 
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"solo-{os.getpid()}"
     folder = Path(tempfile.gettempdir()) / f"ingest-tests-spark-{run}"
@@ -61,9 +61,16 @@ def spark_server(tmp_path_factory):
     # third of the server's CPU (a loop of small appends, merges and counts: 146 CPU-s against 224-232
     # with code generation), which the whole suite waits on. The two evaluators give the same results;
     # production's small batches run this way too (lake/write.py SMALL_BATCH_CONF), and the servers tests
-    # start for the demo and the cluster keep the production settings.
+    # start for the demo and the cluster keep the production settings. The parallel collector instead of
+    # G1, with the production server's generations: the spark tier (three workers, two rounds each) took
+    # 285 and 285 CPU-s of the server and 171 and 172 s with G1, 249 and 246 CPU-s and 152 and 149 s with
+    # it (the serial collector 238 and 262 CPU-s). Tiny queries by the thousand keep G1's concurrent
+    # marking and barriers busy for nothing a test needs; pauses do not matter here.
+    parallel = (*(o for o in HEAP_OPTIONS if "G1" not in o and "InitiatingHeapOccupancy" not in o),
+                "-XX:+UseParallelGC")
     state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
-                                 "spark.sql.codegen.factoryMode": "NO_CODEGEN"})
+                                 "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+                                 "spark.driver.extraJavaOptions": " ".join(parallel)})
     os.environ["INGEST_SPARK_REMOTE"] = state.url
     yield state
     if users(-1) == 0:

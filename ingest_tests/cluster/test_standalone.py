@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +51,9 @@ def cluster(tmp_path_factory):
     from ingest.localdev.cluster import StandaloneCluster, worker_python
     from ingest.localdev.processes import SHORT_LIVED_JVM, free_port, process_alive, process_identity
 
-    folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-test-"))
+    # pytest's own folders, which it removes after three later runs: the workers' folders (an application's
+    # jars for each executor, the logs) take about 200 MiB
+    folder = tmp_path_factory.mktemp("cluster")
     ui = free_port()
     python = worker_python(tmp_path_factory.mktemp("worker"))
     standalone = StandaloneCluster(folder / "cluster", java_options=SHORT_LIVED_JVM).start()
@@ -134,7 +135,8 @@ def python_reader_snapshot(spark, params: ConnectionParams, path: str):
         return snapshot(spark, params, "t", path)
 
 
-def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in_other_jvms(cluster, mariadb, spark):
+def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in_other_jvms(
+        cluster, mariadb, spark, tmp_path):
     """`spark`: this process already holds a session to the tests' local server, and a session asked for
     the cluster's server is still the cluster's."""
     from pyspark.sql import functions as F
@@ -142,7 +144,7 @@ def test_a_connect_server_on_a_standalone_cluster_writes_delta_from_executors_in
     from ingest.lake.spark import spark_session
 
     local, python = spark, cluster.python
-    folder = Path(tempfile.mkdtemp(prefix="ingest-cluster-lake-"))
+    folder = tmp_path
     spark = spark_session(cluster.server.url)
     try:
         assert spark.conf.get("spark.master").startswith("spark://") and local.conf.get("spark.master") == "local[2]"
@@ -541,7 +543,7 @@ def test_workers_without_the_project_give_an_error_that_names_it_and_the_fix(mar
     from ingest.localdev.cluster import worker_python
 
     bare = worker_python(tmp_path, with_project=False)
-    folder = Path(tempfile.mkdtemp(prefix="ingest-bare-worker-test-"))
+    folder = tmp_path / "bare"
     params = mysql_table(mariadb, "bare_t", 2)
     try:
         state = connect.start_local(folder / "spark", {"spark.pyspark.python": str(bare)})
@@ -575,7 +577,7 @@ def test_executors_without_a_jdbc_driver_their_server_has_give_an_error_that_nam
     (driver,) = (ROOT / "jvm" / "jars").glob("mariadb-java-client-*.jar")
     monkeypatch.setenv("INGEST_JARS_DIR", str(shipped))
     params = mysql_table(mariadb, "jarless_t", 10)
-    folder = Path(tempfile.mkdtemp(prefix="ingest-jarless-executors-test-"))
+    folder = tmp_path
     try:
         state = connect.start_local(folder / "spark", {
             "spark.master": "local-cluster[1,1,1024]", "spark.driver.extraClassPath": str(driver),
