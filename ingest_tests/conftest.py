@@ -64,8 +64,9 @@ def spark_server(tmp_path_factory):
     # start for the demo and the cluster keep the production settings. The parallel collector instead of
     # G1, with the production server's generations: the spark tier (three workers, two rounds each) took
     # 285 and 285 CPU-s of the server and 171 and 172 s with G1, 249 and 246 CPU-s and 152 and 149 s with
-    # it (the serial collector 238 and 262 CPU-s). Tiny queries by the thousand keep G1's concurrent
-    # marking and barriers busy for nothing a test needs; pauses do not matter here.
+    # it (the serial collector 238 and 262 CPU-s). Not G1's marking (2.6 s of cycles in 152 s): its write
+    # barriers and remembered sets, paid in the server's own threads on every allocation of the tests'
+    # thousands of small queries. Pauses do not matter here. docs/performance.md has the figures.
     parallel = (*(o for o in HEAP_OPTIONS if "G1" not in o and "InitiatingHeapOccupancy" not in o),
                 "-XX:+UseParallelGC")
     state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
