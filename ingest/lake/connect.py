@@ -134,8 +134,8 @@ SESSION_CONF: dict[str, str] = {
     # row of a copy-on-write table the batch touches. Once both sides are shuffled, adaptive execution
     # builds a hash map of a side whose every partition measured at most this much instead (the batch,
     # as a rule), and the table's rows go through unsorted. 1,000 updates at random keys into a 10M-row
-    # copy-on-write silver: 12.9 s against 16.4 s (medians of four, alternating on one server); with
-    # deletion vectors 4.8 against 5.2 s (docs/performance.md). The bound is measured, not
+    # copy-on-write silver: 12.9 s against 16.4 s, 100k updates 13.9 against 17.8 s (medians of four,
+    # alternating on one server); with deletion vectors 4.8 against 5.2 s (docs/performance.md). The bound is measured, not
     # estimated, so a large batch keeps the sort; at 64 MiB (the advisory partition size, which Spark's
     # documentation asks it to reach) a 2 GiB server has room to spare: with no bound at all, 2M rows of
     # 400 bytes merged into as many took 52 s against 62 s sorted.
