@@ -130,15 +130,12 @@ SESSION_CONF: dict[str, str] = {
     # 13.3 s against 15.3 s (1M rows: 2.8 against 3.6 s); our tables have no other partitions.
     "spark.sql.maxConcurrentOutputFileWriters": "2",
     # A MERGE with an insert clause joins the rows of the files it rewrites to the batch by a full outer
-    # join, which Spark cannot broadcast, so by default it sorts both sides (a sort-merge join): every
-    # row of a copy-on-write table the batch touches. Once both sides are shuffled, adaptive execution
-    # builds a hash map of a side whose every partition measured at most this much instead (the batch,
-    # as a rule), and the table's rows go through unsorted. 1,000 updates at random keys into a 10M-row
-    # copy-on-write silver: 12.9 s against 16.4 s, 100k updates 13.9 against 17.8 s (medians of four,
-    # alternating on one server); with deletion vectors 4.8 against 5.2 s (docs/performance.md). The bound is measured, not
-    # estimated, so a large batch keeps the sort; at 64 MiB (the advisory partition size, which Spark's
-    # documentation asks it to reach) a 2 GiB server has room to spare: with no bound at all, 2M rows of
-    # 400 bytes merged into as many took 52 s against 62 s sorted.
+    # join, which Spark cannot broadcast, so it sorted both sides: every row of a copy-on-write table the
+    # batch touches. Once both sides are shuffled, adaptive execution instead builds a hash map of a side
+    # whose partitions measured at most this much (as a rule the batch), and the table's rows go through
+    # unsorted: 1,000 updates at random keys into 10M rows 12.9 s against 16.4 s. Measured, not
+    # estimated, so a large batch keeps the sort; 64 MiB is the advisory partition size, which Spark's
+    # documentation asks it to reach, and leaves a 2 GiB server room (docs/performance.md).
     "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": str(64 * 2**20),
 }
 """Set on every session (Spark hands a session's Hadoop-style keys to the file writers)."""
