@@ -93,6 +93,53 @@ def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and
         assert (int(merge.metrics["numTargetDeletionVectorsAdded"]) > 0) == deletion_vectors
 
 
+def test_a_batch_of_few_keys_a_file_reaches_the_parquet_reader_as_equalities(spark, spark_server, tmp_path):
+    """Up to PUSH_KEYS_PER_FILE keys a file, a deletion-vector merge's key list is pushed into Parquet as
+    equalities, which the reader tests page by page (parquet-java logs the predicate it filters by in
+    each task); more keys a file keep Spark's `in` predicate. Either way the merge gives the same rows,
+    and the session's setting is put back."""
+    from pathlib import Path
+
+    from ingest.lake.merge import IN_FILTER_THRESHOLD, PUSH_KEYS_PER_FILE
+
+    base_key = 7_340_000  # keys no other test writes: the shared server's log is searched for them
+    path = str(tmp_path / "silver")
+    base = [(base_key + i, "old", Decimal(10), False) for i in range(2000)]
+    ordered_merge(spark, path, spark.createDataFrame(base, SCHEMA), ["id"], {"kind": "silver"}, Txn("p", 0),
+                  layout=Layout(deletion_vectors=True), file_rows=100)
+    files = len(file_layout(spark, path))
+    assert files >= 20, files
+    log = Path(spark_server.log)
+    threshold = spark.conf.get(IN_FILTER_THRESHOLD, None)
+
+    def merge(version: int, keys: list[int], stale: list[int], new: list[int]):
+        batch = [(k, f"v{version}", Decimal(20 + version), False) for k in keys]
+        batch += [(k, "stale", Decimal(5), False) for k in stale]  # older than the table's rows: not applied
+        batch += [(k, f"v{version}", Decimal(20 + version), False) for k in new]
+        seen = log.stat().st_size
+        ordered_merge(spark, path, spark.createDataFrame(batch, SCHEMA), ["id"], {"kind": "silver"},
+                      Txn("p", version), expected_rows=len(batch), layout=Layout(deletion_vectors=True))
+        assert spark.conf.get(IN_FILTER_THRESHOLD, None) == threshold
+        with log.open("rb") as f:
+            f.seek(seen)
+            return f.read().decode("utf-8", "replace")
+
+    few = [base_key + i for i in range(0, 2000, 50)]  # 2 a file
+    logged = merge(1, few, [base_key + 1], [base_key + 5000])
+    assert len(few) + 2 <= PUSH_KEYS_PER_FILE * files
+    assert f"eq(id, {few[0]})" in logged and "Filtering using predicate: or(" in logged, logged[-2000:]
+    many = [base_key + i for i in range(3, 2000, 8)]  # 250: more than PUSH_KEYS_PER_FILE a file
+    assert len(many) > PUSH_KEYS_PER_FILE * files
+    logged = merge(2, many, [], [base_key + 6000])
+    assert f"eq(id, {many[0]})" not in logged and "in(id, " in logged, logged[-2000:]
+
+    want = {k: "old" for k, *_ in base}
+    want.update({k: "v1" for k in (*few, base_key + 5000)})
+    want.update({k: "v2" for k in (*many, base_key + 6000)})
+    rows = spark.read.format("delta").load(path).collect()
+    assert len(rows) == len(want) and {r["id"]: r["v"] for r in rows} == want
+
+
 def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_only_their_files(spark, tmp_path):
     import random
 

@@ -76,3 +76,13 @@ def test_narrowing_joins_the_key_match_and_refuses_a_snapshot_merge():
     assert plan.on == "t.`id` <=> s.`id` AND t.`id` IN (1, 2)"
     with pytest.raises(ValueError, match="cannot be narrowed"):
         plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=7, narrow="t.`id` IN (1)")
+
+
+def test_key_pushdown_only_for_few_keys_a_file_and_never_past_its_bound():
+    from ingest.lake.merge import IN_FILTER_THRESHOLD, PUSH_KEYS_PER_FILE, PUSH_MAX_KEYS, key_pushdown
+
+    assert key_pushdown(1_000, 108) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}  # 100M rows: 9 keys a file
+    assert key_pushdown(PUSH_KEYS_PER_FILE * 11, 11) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}
+    assert key_pushdown(PUSH_KEYS_PER_FILE * 11 + 1, 11) == {}  # more keys a file: every page tested against them all
+    assert key_pushdown(PUSH_MAX_KEYS + 1, 10_000) == {}  # a deeper OR than ever ran: 2,000 overflowed a task's stack
+    assert key_pushdown(5, 0) == {} and key_pushdown(5, None) == {}  # no checksum to count the files by
