@@ -69,9 +69,12 @@ def spark_server(tmp_path_factory):
     # thousands of small queries. Pauses do not matter here. docs/performance.md has the figures.
     parallel = (*(o for o in HEAP_OPTIONS if "G1" not in o and "InitiatingHeapOccupancy" not in o),
                 "-XX:+UseParallelGC")
+    # It logs the predicate the Parquet reader filters each file by, which the production server keeps
+    # quiet (connect.QUIET_LOGGERS): test_ordered_merge reads there which keys a merge pushed.
     state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
                                  "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-                                 "spark.driver.extraJavaOptions": " ".join(parallel)})
+                                 "spark.driver.extraJavaOptions": " ".join(parallel)},
+                        log_levels={"org.apache.parquet.filter2.compat.FilterCompat": "info"})
     os.environ["INGEST_SPARK_REMOTE"] = state.url
     yield state
     if users(-1) == 0:

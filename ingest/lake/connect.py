@@ -285,10 +285,31 @@ def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[
     return [*cmd, "spark-internal"]
 
 
+# The embedded server's logging: Spark's defaults (log4j2-defaults.properties in its jars), less one
+# line. parquet-java logs at INFO the predicate it filters each file by, and a merge that pushes its
+# keys into the reader (lake/merge.py `key_pushdown`) names all of them there: about 20 KB for each file
+# a merge reads, a few MiB for each 1,000-key merge into a 100M-row table, in a log nothing rotates.
+QUIET_LOGGERS = {"org.apache.parquet.filter2.compat.FilterCompat": "warn",
+                 "org.apache.parquet.CorruptStatistics": "error", "org.sparkproject.jetty": "warn"}
+
+
+def log_config(levels: dict[str, str] | None = None) -> str:
+    """The server's log4j2 configuration (pure): Spark's console format at INFO, QUIET_LOGGERS and
+    `levels` (logger name: level) over them."""
+    lines = ["rootLogger.level = info", "rootLogger.appenderRef.stdout.ref = console",
+             "appender.console.type = Console", "appender.console.name = console",
+             "appender.console.target = SYSTEM_ERR", "appender.console.layout.type = PatternLayout",
+             "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    for i, (name, level) in enumerate({**QUIET_LOGGERS, **(levels or {})}.items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
+
 def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = None,
-                timeout: float = START_TIMEOUT) -> ServerState:
+                timeout: float = START_TIMEOUT, log_levels: dict[str, str] | None = None) -> ServerState:
     """The embedded server: the one recorded in `folder` if it is up, else a new one (one at a time:
-    runs that start together wait for the first one's server instead of starting their own)."""
+    runs that start together wait for the first one's server instead of starting their own).
+    `log_levels`: loggers whose level differs from `log_config`'s."""
     import fcntl
 
     import pyspark
@@ -304,11 +325,13 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
             return state
         port = free_port()
         log = folder / "server.log"
+        log_conf = folder / "log4j2.properties"
+        log_conf.write_text(log_config(log_levels))
         with open(log, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=server_env(
                                         os.environ, Path(pyspark.__file__).parent,
-                                        extra_conf.get("spark.pyspark.python", sys.executable)),
+                                        extra_conf.get("spark.pyspark.python", sys.executable), log_conf),
                                     start_new_session=True)
         state = ServerState(proc.pid, port, str(log), time.time())
         (folder / STATE_FILE).write_text(json.dumps(asdict(state)))
@@ -316,13 +339,18 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         return state
 
 
-def server_env(environ, spark_home: Path, python: str = sys.executable) -> dict[str, str]:
+def server_env(environ, spark_home: Path, python: str = sys.executable,
+               log_conf: Path | None = None) -> dict[str, str]:
     """The embedded server's environment (pure): this process's, without a Connect client's settings
     (a user's SPARK_REMOTE, or one a dbt run set: spark-submit refuses a server command with it,
     "Remote cannot be specified with master"). `python`: the Python of its workers (PYSPARK_PYTHON,
-    which a Connect server's Python UDFs and data sources take before spark.pyspark.python)."""
-    return {**{k: v for k, v in environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
-            "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python}
+    which a Connect server's Python UDFs and data sources take before spark.pyspark.python).
+    `log_conf`: its log4j2 configuration file (see `log_config`), unless the environment names one."""
+    env = {**{k: v for k, v in environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")},
+           "SPARK_HOME": str(spark_home), "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python}
+    if log_conf is not None:
+        env.setdefault("LOG4J_CONFIGURATION_FILE", str(log_conf))
+    return env
 
 
 def _wait_listening(state: ServerState, timeout: float) -> None:

@@ -109,6 +109,22 @@ def test_the_embedded_server_starts_without_a_connect_clients_settings(tmp_path)
     assert "SPARK_REMOTE" not in env and env["PATH"] == "/usr/bin" and env["SPARK_HOME"] == str(tmp_path)
 
 
+def test_the_embedded_server_logs_as_spark_does_without_the_parquet_readers_predicates(tmp_path):
+    from ingest.lake.connect import log_config, server_env
+
+    quiet = log_config()
+    assert "rootLogger.level = info" in quiet and "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex" in quiet
+    name = "org.apache.parquet.filter2.compat.FilterCompat"
+    level = {line.split(" = ")[1]: quiet.splitlines()[i + 1].split(" = ")[1]
+             for i, line in enumerate(quiet.splitlines()) if line.startswith("logger.") and ".name = " in line}
+    assert level[name] == "warn"  # a merge's pushed keys, ~20 KB a file read, stay out of an unrotated log
+    assert f"logger.l0.name = {name}\nlogger.l0.level = info" in log_config({name: "info"})
+    conf = tmp_path / "log4j2.properties"
+    assert server_env({}, tmp_path, log_conf=conf)["LOG4J_CONFIGURATION_FILE"] == str(conf)
+    mine = {"LOG4J_CONFIGURATION_FILE": "/etc/mine.xml"}  # a user's own configuration stays
+    assert server_env(mine, tmp_path, log_conf=conf)["LOG4J_CONFIGURATION_FILE"] == "/etc/mine.xml"
+
+
 def test_a_missing_jdbc_driver_is_told_from_spark_errors_on_the_driver_and_in_a_task():
     from ingest.lake.connect import in_a_task, lacks_class
 
