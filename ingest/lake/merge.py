@@ -166,9 +166,9 @@ def key_pushdown(keys: int, files: int | None) -> dict[str, str]:
     16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file): a median of 5.2 against 5.5 s; 250 keys
     (23 a file): 6.9 against 6.6 s, each page tested against the whole list. The first pass, which finds
     the touched files, reads every key either way (Delta's row ids keep the condition above its scan).
-    Spark joins the equalities into an OR one level deep per key, which parquet-java formats for a log
-    line and walks recursively in each task: 2,000 overflowed a task thread's stack and stopped the
-    server's SparkContext, 1,000 never did (docs/performance.md)."""
+    Spark joins the equalities into an OR one level deep per key, which parquet-java walks recursively
+    in each task (and formats, where its INFO log is on: connect.QUIET_LOGGERS): 2,000 overflowed a task
+    thread's stack and stopped the server's SparkContext, 1,000 never did (docs/performance.md)."""
     if keys <= PUSH_MAX_KEYS and files and keys <= PUSH_KEYS_PER_FILE * files:
         return {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}
     return {}
