@@ -264,6 +264,31 @@ def table_size(table_path: str, client: Any = None) -> tuple[int, int] | None:
         return None
 
 
+def file_spread(checksum: dict[str, Any]) -> float | None:
+    """How many files a checksum's table holds its bytes in, each file counted by its share of them
+    (pure): the table's size over the byte-weighted mean file size, from `fileSizeHistogram` (each bin's
+    files taken at their mean size), else the file count. A table of 11 files of 10 MB and 90 of 10 KB
+    (what merges add between compactions) counts 11.1, not 101. None without either."""
+    histogram = checksum.get("fileSizeHistogram")
+    try:
+        bins = [(int(n), int(b)) for n, b in zip(histogram["fileCounts"], histogram["totalBytes"]) if int(n) > 0]
+        squares = sum(b * b / n for n, b in bins)
+        if squares > 0:
+            return sum(b for _, b in bins) ** 2 / squares
+    except (KeyError, TypeError, ValueError):
+        pass
+    try:
+        return float(checksum["numFiles"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def table_file_spread(table_path: str, client: Any = None) -> float | None:
+    """`file_spread` of the table's newest version (see `newest_checksum`), or None."""
+    checksum = newest_checksum(table_path, client)
+    return file_spread(checksum) if checksum else None
+
+
 def table_properties(table_path: str, client: Any = None) -> dict[str, str] | None:
     """The newest version's table properties (see `newest_checksum`), or None when it has no checksum."""
     checksum = newest_checksum(table_path, client)

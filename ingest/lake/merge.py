@@ -16,7 +16,7 @@ from typing import Any
 
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
-from ingest.lake.deltalog import is_delta_table, table_size, table_version
+from ingest.lake.deltalog import is_delta_table, table_file_spread, table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import (WriteOutcome, append, lake_columns, retry_conflicts, session_conf, session_txn,
                                widen_for)
@@ -153,9 +153,10 @@ def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | Non
     return " AND ".join(conditions) or None
 
 
-def key_pushdown(keys: int, files: int | None) -> dict[str, str]:
+def key_pushdown(keys: int, files: float | None) -> dict[str, str]:
     """Session settings that push a narrowed merge's key list into the Parquet reader (pure), for a batch
-    of `keys` distinct keys into a table of `files` files; none where that does not pay.
+    of `keys` distinct keys into a table of `files` files, each counted by its share of the table's bytes
+    (deltalog.file_spread: the small files merges add do not count); none where that does not pay.
 
     Spark hands Parquet a list of more than `inFilterThreshold` (10) values as an `in` predicate, whose
     page index parquet-java compares with the list's minimum and maximum alone: keys spread over the
@@ -257,7 +258,7 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
         found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
         narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
         if narrow:
-            pushed = key_pushdown(len(found), (table_size(path) or (0, 0))[1])
+            pushed = key_pushdown(len(found), table_file_spread(path))
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(latest_per_key(changes, keys))
     try:

@@ -244,3 +244,20 @@ def test_a_file_without_pos_statistics_in_its_footer_gives_no_range(tmp_path):
 
     pq.write_table(pa.table({"_pos": pa.array([1, 2], pa.int64())}), tmp_path / "f.parquet", write_statistics=False)
     assert parquet_ranges(log_store(str(tmp_path)), "f.parquet", "_pos") is None
+
+
+def test_file_spread_counts_files_by_their_share_of_the_bytes():
+    from ingest.lake.deltalog import file_spread
+
+    def checksum(*bins, files=None):  # (files, bytes) per histogram bin
+        return {"numFiles": files if files is not None else sum(n for n, _ in bins),
+                "fileSizeHistogram": {"sortedBinBoundaries": list(range(len(bins))),
+                                      "fileCounts": [n for n, _ in bins], "totalBytes": [b for _, b in bins]}}
+
+    assert file_spread(checksum((20, 20 * 4096))) == 20  # equal files: their count
+    # 11 files of 10 MB and the 90 of 10 KB that merges added since the last compaction
+    spread = file_spread(checksum((90, 90 * 10_240), (0, 0), (11, 11 * 10 * 2**20)))
+    assert 11 <= spread < 11.2, spread
+    assert file_spread({"numFiles": 7}) == 7.0  # a writer that keeps no histogram
+    assert file_spread({"numFiles": 3, "fileSizeHistogram": {"fileCounts": [0], "totalBytes": [0]}}) == 3.0
+    assert file_spread({}) is None

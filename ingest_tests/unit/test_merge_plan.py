@@ -86,3 +86,4 @@ def test_key_pushdown_only_for_few_keys_a_file_and_never_past_its_bound():
     assert key_pushdown(PUSH_KEYS_PER_FILE * 11 + 1, 11) == {}  # more keys a file: every page tested against them all
     assert key_pushdown(PUSH_MAX_KEYS + 1, 10_000) == {}  # a deeper OR than ever ran: 2,000 overflowed a task's stack
     assert key_pushdown(5, 0) == {} and key_pushdown(5, None) == {}  # no checksum to count the files by
+    assert key_pushdown(100, 10.5) != {} and key_pushdown(106, 10.5) == {}  # files counted by their bytes
