@@ -226,7 +226,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     `expected_rows`: how many rows `changes` holds, when known; a batch of at most NARROW_MAX_KEYS into a table with
     deletion vectors names its keys in the merge's condition (see `narrowing`):
     without that, the merge joins every row of the table against the batch a
-    second time. Few keys a file are pushed into the Parquet reader (`key_pushdown`). A copy-on-write merge rewrites every file a key falls in
+    second time. Few keys a file are pushed into the Parquet reader
+    (`key_pushdown`). A copy-on-write merge rewrites every file a key falls in
     whatever the condition, so it is not narrowed (nor asked about its table).
 
     A table this call creates is written in key order, in files of at most
