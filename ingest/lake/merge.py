@@ -162,9 +162,9 @@ def key_pushdown(keys: int, files: float | None) -> dict[str, str]:
     page index parquet-java compares with the list's minimum and maximum alone: keys spread over the
     table skip no page. A list within the threshold becomes an OR of equalities, tested value by value
     against each page's minimum and maximum, and the merge then reads only the pages its keys fall in.
-    That pays where a file holds a few of the keys among its pages (20,000 rows each): 1,000 updates at
-    random keys into 100M rows with deletion vectors (108 files, 9 keys each) took 11.0-15.0 s against
-    16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file): a median of 5.2 against 5.5 s; 250 keys
+    That pays where a file holds a few of the keys among its pages (5,000 rows each: connect.SESSION_CONF;
+    measured with 20,000): 1,000 updates at random keys into 100M rows with deletion vectors (108 files,
+    9 keys each) took 11.0-15.0 s against 16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file): a median of 5.2 against 5.5 s; 250 keys
     (23 a file): 6.9 against 6.6 s, each page tested against the whole list. The first pass, which finds
     the touched files, reads every key either way (Delta's row ids keep the condition above its scan).
     Spark joins the equalities into an OR one level deep per key, which parquet-java walks recursively

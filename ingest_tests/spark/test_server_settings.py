@@ -14,3 +14,32 @@ def test_every_session_takes_the_project_session_settings(spark):
     from ingest.lake.connect import SESSION_CONF
 
     assert {k: spark.conf.get(k) for k in SESSION_CONF} == SESSION_CONF
+
+
+def test_silver_is_written_in_parquet_pages_of_at_most_the_set_rows(spark, tmp_path):
+    """The page row limit reaches the files a merge and OPTIMIZE write (a pushed key list then reads only
+    the pages its keys fall in), read back from the files' own page headers."""
+    from decimal import Decimal
+
+    from ingest.lake.commits import Txn
+    from ingest.lake.connect import SESSION_CONF
+    from ingest.lake.maintenance import compact
+    from ingest.lake.merge import Layout, ordered_merge
+    from ingest_tests.parquet_pages import page_rows
+
+    limit = int(SESSION_CONF["parquet.page.row.count.limit"])
+    assert limit < 20_000  # parquet-java's default, which the setting exists to undercut
+    path = tmp_path / "silver"
+    rows = spark.range(3 * limit).selectExpr("CAST(id AS INT) AS id", "CAST(id AS STRING) AS v",
+                                             "CAST(1 AS DECIMAL(38,0)) AS _pos", "false AS _deleted")
+    ordered_merge(spark, str(path), rows, ["id"], {"kind": "silver"}, Txn("pages", 0),
+                  layout=Layout(deletion_vectors=True), file_rows=limit * 3 // 2)
+    merged = sorted(path.glob("*.parquet"))
+    compact(spark, str(path))
+    compacted = sorted(set(path.glob("*.parquet")) - set(merged))
+    assert len(merged) >= 2 and len(compacted) == 1, (merged, compacted)
+    for file in (*merged, *compacted):
+        for column in range(4):
+            pages = page_rows(file, column)
+            assert max(pages) <= limit and len(pages) >= 2, (file.name, column, pages)
+    assert sum(page_rows(compacted[0])) == 3 * limit
