@@ -19,8 +19,6 @@ def test_every_session_takes_the_project_session_settings(spark):
 def test_silver_is_written_in_parquet_pages_of_at_most_the_set_rows(spark, tmp_path):
     """The page row limit reaches the files a merge and OPTIMIZE write (a pushed key list then reads only
     the pages its keys fall in), read back from the files' own page headers."""
-    from decimal import Decimal
-
     from ingest.lake.commits import Txn
     from ingest.lake.connect import SESSION_CONF
     from ingest.lake.maintenance import compact
