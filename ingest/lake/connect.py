@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,6 +37,13 @@ from ingest.localdev.processes import SHORT_LIVED_JIT, alive, free_port
 from ingest.paths import local_dir
 
 DRIVER_MEMORY = "2g"
+
+# Every thread of the server (and of the executors it starts on a cluster) gets this much stack, not
+# the JVM's 1 MiB. A merge that pushes its keys into the Parquet reader (merge.key_pushdown) hands each
+# task a predicate one level deep per key, which the task deserializes recursively: on a fresh server,
+# its code not yet compiled, 1,000 keys overflowed a 1 MiB stack in 2 of 9 first merges, and the
+# StackOverflowError ends the server's SparkContext. A stack is reserved, not resident, until used.
+THREAD_STACK_MIB = 4
 
 # The server's heap is sized by these settings, not by how long it has been busy. G1's defaults size
 # the young generation, and grow the heap, to the allocation rate, which follows the rows a run reads:
@@ -56,7 +64,7 @@ DRIVER_MEMORY = "2g"
 HEAP_OPTIONS = (
     f"-Xms{DRIVER_MEMORY}", "-Xmn384m", "-XX:SurvivorRatio=4", "-XX:TargetSurvivorRatio=90",
     "-XX:G1HeapRegionSize=4m", "-XX:MaxTenuringThreshold=4", "-XX:-G1UseAdaptiveIHOP",
-    "-XX:InitiatingHeapOccupancyPercent=25",
+    "-XX:InitiatingHeapOccupancyPercent=25", f"-Xss{THREAD_STACK_MIB}m",
 )
 
 # A server that lives minutes (a test's one-trial or cluster server): these heap settings, C1 alone.
@@ -82,6 +90,7 @@ SERVER_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": DRIVER_MEMORY,
     "spark.driver.extraJavaOptions": " ".join(HEAP_OPTIONS),
+    "spark.executor.extraJavaOptions": f"-Xss{THREAD_STACK_MIB}m",  # a cluster's executors (see above)
     # Spark's memory pages (sorts, aggregations) are sized from the heap: 32 MiB here, each one a
     # humongous object to G1. Delta sorts a table's log in them every time it rebuilds a snapshot's
     # state (after each commit), a few KB of actions in two fresh 32 MiB pages.
@@ -259,6 +268,27 @@ def parse_properties(text: str, where: str) -> dict[str, str]:
                                    f"('spark.executor.memory 2g'), not {parts[0]!r}. Fix the line or remove it")
         conf[parts[0]] = parts[1]
     return conf
+
+
+def java_stack_bytes(options: str) -> int:
+    """The thread stack a JVM started with these options gives its threads: the last -Xss, else the
+    JVM's 1 MiB (pure)."""
+    size = 2**20
+    for option in options.split():
+        found = re.fullmatch(r"-Xss(\d+)([kmg]?)", option, re.IGNORECASE)
+        if found:
+            size = int(found[1]) * 1024 ** " kmg".index(found[2].lower() or " ")
+    return size
+
+
+def server_thread_stack(spark) -> int:
+    """The smallest thread stack among the threads that plan and run the server's tasks: the driver's,
+    and on a cluster its executors' (from the server's own settings, so a server started elsewhere
+    answers for itself)."""
+    stack = java_stack_bytes(spark.conf.get("spark.driver.extraJavaOptions", ""))
+    if not spark.conf.get("spark.master", "local").startswith("local"):
+        stack = min(stack, java_stack_bytes(spark.conf.get("spark.executor.extraJavaOptions", "")))
+    return stack
 
 
 def configured_conf(environ=os.environ) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
+from ingest.lake.connect import server_thread_stack
 from ingest.lake.deltalog import is_delta_table, table_file_spread, table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import (WriteOutcome, append, lake_columns, retry_conflicts, session_conf, session_txn,
@@ -30,6 +31,10 @@ NARROW_MAX_KEYS = 10_000
 # table's files on average, reaches the Parquet reader as equalities (see `key_pushdown`).
 PUSH_MAX_KEYS = 1_000
 PUSH_KEYS_PER_FILE = 10
+# ... and at most this many where the server's threads have less stack than PUSH_STACK_BYTES (a server
+# started elsewhere, with the JVM's 1 MiB: see connect.THREAD_STACK_MIB).
+PUSH_MAX_KEYS_SMALL_STACK = 200
+PUSH_STACK_BYTES = 4 * 2**20
 IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
@@ -153,10 +158,12 @@ def narrowing(keys: Sequence[str], values: Iterable[Sequence[Any]]) -> str | Non
     return " AND ".join(conditions) or None
 
 
-def key_pushdown(keys: int, files: float | None) -> dict[str, str]:
+def key_pushdown(keys: int, files: float | None, stack_bytes: int | None = None) -> dict[str, str]:
     """Session settings that push a narrowed merge's key list into the Parquet reader (pure), for a batch
     of `keys` distinct keys into a table of `files` files, each counted by its share of the table's bytes
-    (deltalog.file_spread: the small files merges add do not count); none where that does not pay.
+    (deltalog.file_spread: the small files merges add do not count); none where that does not pay, or
+    where the server's task threads have `stack_bytes` of stack (None: not known), too little for so
+    deep a predicate.
 
     Spark hands Parquet a list of more than `inFilterThreshold` (10) values as an `in` predicate, whose
     page index parquet-java compares with the list's minimum and maximum alone: keys spread over the
@@ -169,9 +176,12 @@ def key_pushdown(keys: int, files: float | None) -> dict[str, str]:
     the touched files, reads every key either way (Delta's row ids keep the condition above its scan).
     Spark joins the equalities into an OR one level deep per key, which parquet-java walks recursively
     in each task (and formats, where its INFO log is on: connect.QUIET_LOGGERS): 2,000 overflowed a task
-    thread's stack and stopped the server's SparkContext, 1,000 never did (docs/performance.md)."""
-    if keys <= PUSH_MAX_KEYS and files and keys <= PUSH_KEYS_PER_FILE * files:
-        return {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}
+    thread's stack and stopped the server's SparkContext. So did 1,000 on a fresh server, its code not
+    yet compiled, in 2 of 9 first merges with the JVM's 1 MiB stack; with 4 MiB none of 10 did, nor
+    2,000 in 3 (docs/performance.md)."""
+    cap = PUSH_MAX_KEYS if stack_bytes is not None and stack_bytes >= PUSH_STACK_BYTES else PUSH_MAX_KEYS_SMALL_STACK
+    if keys <= cap and files and keys <= PUSH_KEYS_PER_FILE * files:
+        return {IN_FILTER_THRESHOLD: str(cap)}
     return {}
 
 
@@ -259,7 +269,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
         found = changes.select(*[_col(k) for k in keys]).distinct().limit(NARROW_MAX_KEYS + 1).collect()
         narrow = narrowing(keys, found) if len(found) <= NARROW_MAX_KEYS else None
         if narrow:
-            pushed = key_pushdown(len(found), table_file_spread(path))
+            stack = server_thread_stack(spark) if len(found) > PUSH_MAX_KEYS_SMALL_STACK else None
+            pushed = key_pushdown(len(found), table_file_spread(path), stack)
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(latest_per_key(changes, keys))
     try:

@@ -16,6 +16,15 @@ def test_every_session_takes_the_project_session_settings(spark):
     assert {k: spark.conf.get(k) for k in SESSION_CONF} == SESSION_CONF
 
 
+def test_the_server_tells_its_thread_stack_which_lets_a_merge_push_a_thousand_keys(spark):
+    """A merge reads the server's own settings for the stack its task threads have (a pushed key list is
+    a predicate one level deep per key); the server this project starts has enough for PUSH_MAX_KEYS."""
+    from ingest.lake.connect import THREAD_STACK_MIB, server_thread_stack
+    from ingest.lake.merge import PUSH_STACK_BYTES
+
+    assert server_thread_stack(spark) == THREAD_STACK_MIB * 2**20 >= PUSH_STACK_BYTES
+
+
 def test_silver_is_written_in_parquet_pages_of_at_most_the_set_rows(spark, tmp_path):
     """The page row limit reaches the files a merge and OPTIMIZE write (a pushed key list then reads only
     the pages its keys fall in), read back from the files' own page headers."""

@@ -143,3 +143,14 @@ def test_a_missing_jdbc_driver_is_told_from_spark_errors_on_the_driver_and_in_a_
     assert not lacks_class(on_driver, "org.mariadb.jdbc.Driver")
     assert not lacks_class("(java.lang.ClassNotFoundException) org.postgresql.DriverX", "org.postgresql.Driver")
     assert not lacks_class("org.postgresql.util.PSQLException: Connection refused", "org.postgresql.Driver")
+
+
+def test_a_jvms_thread_stack_is_read_from_its_options_as_the_jvm_reads_them():
+    from ingest.lake.connect import HEAP_OPTIONS, THREAD_STACK_MIB, java_stack_bytes
+
+    assert java_stack_bytes("") == 2**20  # HotSpot's default on 64-bit Linux
+    assert java_stack_bytes("-Xms2g -Xss512k") == 512 * 2**10
+    assert java_stack_bytes("-Xss4M -XX:+UseG1GC -Xss8m") == 8 * 2**20  # the last one counts
+    assert java_stack_bytes("-Xss2g") == 2 * 2**30 and java_stack_bytes("-Xss65536") == 65536
+    assert java_stack_bytes("-Xssx -XX:ThreadStackSize=4096") == 2**20  # neither is an -Xss size
+    assert java_stack_bytes(" ".join(HEAP_OPTIONS)) == THREAD_STACK_MIB * 2**20

@@ -79,11 +79,23 @@ def test_narrowing_joins_the_key_match_and_refuses_a_snapshot_merge():
 
 
 def test_key_pushdown_only_for_few_keys_a_file_and_never_past_its_bound():
-    from ingest.lake.merge import IN_FILTER_THRESHOLD, PUSH_KEYS_PER_FILE, PUSH_MAX_KEYS, key_pushdown
+    from ingest.lake.merge import (IN_FILTER_THRESHOLD, PUSH_KEYS_PER_FILE, PUSH_MAX_KEYS,
+                                   PUSH_STACK_BYTES, key_pushdown)
 
-    assert key_pushdown(1_000, 108) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}  # 100M rows: 9 keys a file
-    assert key_pushdown(PUSH_KEYS_PER_FILE * 11, 11) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}
-    assert key_pushdown(PUSH_KEYS_PER_FILE * 11 + 1, 11) == {}  # more keys a file: every page tested against them all
-    assert key_pushdown(PUSH_MAX_KEYS + 1, 10_000) == {}  # a deeper OR than ever ran: 2,000 overflowed a task's stack
-    assert key_pushdown(5, 0) == {} and key_pushdown(5, None) == {}  # no checksum to count the files by
-    assert key_pushdown(100, 10.5) != {} and key_pushdown(106, 10.5) == {}  # files counted by their bytes
+    big = PUSH_STACK_BYTES
+    assert key_pushdown(1_000, 108, big) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}  # 100M rows: 9 keys a file
+    assert key_pushdown(PUSH_KEYS_PER_FILE * 11, 11, big) == {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS)}
+    assert key_pushdown(PUSH_KEYS_PER_FILE * 11 + 1, 11, big) == {}  # more keys a file: every page tested against them all
+    assert key_pushdown(PUSH_MAX_KEYS + 1, 10_000, big) == {}  # a deeper OR than ever ran: 2,000 overflowed 1 MiB
+    assert key_pushdown(5, 0, big) == {} and key_pushdown(5, None, big) == {}  # no checksum to count the files by
+    assert key_pushdown(100, 10.5, big) != {} and key_pushdown(106, 10.5, big) == {}  # files counted by their bytes
+
+
+def test_key_pushdown_keeps_to_a_shallow_predicate_where_the_servers_threads_have_a_small_stack():
+    from ingest.lake.merge import IN_FILTER_THRESHOLD, PUSH_MAX_KEYS_SMALL_STACK, PUSH_STACK_BYTES, key_pushdown
+
+    small = {IN_FILTER_THRESHOLD: str(PUSH_MAX_KEYS_SMALL_STACK)}
+    for stack in (2**20, PUSH_STACK_BYTES - 1, None):  # the JVM's default, just short, not asked
+        assert key_pushdown(PUSH_MAX_KEYS_SMALL_STACK, 10_000, stack) == small
+        assert key_pushdown(PUSH_MAX_KEYS_SMALL_STACK + 1, 10_000, stack) == {}
+    assert key_pushdown(PUSH_MAX_KEYS_SMALL_STACK + 1, 10_000, PUSH_STACK_BYTES) != {}
