@@ -171,14 +171,14 @@ def key_pushdown(keys: int, files: float | None, stack_bytes: int | None = None)
     against each page's minimum and maximum, and the merge then reads only the pages its keys fall in.
     That pays where a file holds a few of the keys among its pages (5,000 rows each: connect.SESSION_CONF;
     measured with 20,000): 1,000 updates at random keys into 100M rows with deletion vectors (108 files,
-    9 keys each) took 11.0-15.0 s against 16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file): a median of 5.2 against 5.5 s; 250 keys
-    (23 a file): 6.9 against 6.6 s, each page tested against the whole list. The first pass, which finds
-    the touched files, reads every key either way (Delta's row ids keep the condition above its scan).
-    Spark joins the equalities into an OR one level deep per key, which parquet-java walks recursively
-    in each task (and formats, where its INFO log is on: connect.QUIET_LOGGERS): 2,000 overflowed a task
-    thread's stack and stopped the server's SparkContext. So did 1,000 on a fresh server, its code not
-    yet compiled, in 2 of 9 first merges with the JVM's 1 MiB stack; with 4 MiB none of 10 did, nor
-    2,000 in 3 (docs/performance.md)."""
+    9 keys each) took 11.0-15.0 s against 16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file):
+    a median of 5.2 against 5.5 s; 250 keys (23 a file): 6.9 against 6.6 s, each page tested against
+    the whole list. The first pass, which finds the touched files, reads every key either way (Delta's
+    row ids keep the condition above its scan). Spark joins the equalities into an OR one level deep per
+    key, which each task deserializes and parquet-java walks recursively (and formats, where its INFO
+    log is on: connect.QUIET_LOGGERS): 2,000 overflowed a task thread's stack and stopped the server's
+    SparkContext. So did 1,000 on a fresh server, its code not yet compiled, in 2 of 9 first merges
+    with the JVM's 1 MiB stack; with 4 MiB none of 10 did, nor 2,000 in 3 (docs/performance.md)."""
     cap = PUSH_MAX_KEYS if stack_bytes is not None and stack_bytes >= PUSH_STACK_BYTES else PUSH_MAX_KEYS_SMALL_STACK
     if keys <= cap and files and keys <= PUSH_KEYS_PER_FILE * files:
         return {IN_FILTER_THRESHOLD: str(cap)}
