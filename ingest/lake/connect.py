@@ -44,6 +44,7 @@ DRIVER_MEMORY = "2g"
 # its code not yet compiled, 1,000 keys overflowed a 1 MiB stack in 2 of 9 first merges, and the
 # StackOverflowError ends the server's SparkContext. A stack is reserved, not resident, until used.
 THREAD_STACK_MIB = 4
+THREAD_STACK_OPTION = f"-Xss{THREAD_STACK_MIB}m"
 
 # The server's heap is sized by these settings, not by how long it has been busy. G1's defaults size
 # the young generation, and grow the heap, to the allocation rate, which follows the rows a run reads:
@@ -64,7 +65,7 @@ THREAD_STACK_MIB = 4
 HEAP_OPTIONS = (
     f"-Xms{DRIVER_MEMORY}", "-Xmn384m", "-XX:SurvivorRatio=4", "-XX:TargetSurvivorRatio=90",
     "-XX:G1HeapRegionSize=4m", "-XX:MaxTenuringThreshold=4", "-XX:-G1UseAdaptiveIHOP",
-    "-XX:InitiatingHeapOccupancyPercent=25", f"-Xss{THREAD_STACK_MIB}m",
+    "-XX:InitiatingHeapOccupancyPercent=25", THREAD_STACK_OPTION,
 )
 
 # A server that lives minutes (a test's one-trial or cluster server): these heap settings, C1 alone.
@@ -90,7 +91,7 @@ SERVER_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.driver.memory": DRIVER_MEMORY,
     "spark.driver.extraJavaOptions": " ".join(HEAP_OPTIONS),
-    "spark.executor.extraJavaOptions": f"-Xss{THREAD_STACK_MIB}m",  # a cluster's executors (see above)
+    "spark.executor.extraJavaOptions": THREAD_STACK_OPTION,  # a cluster's executors (see above)
     # Spark's memory pages (sorts, aggregations) are sized from the heap: 32 MiB here, each one a
     # humongous object to G1. Delta sorts a table's log in them every time it rebuilds a snapshot's
     # state (after each commit), a few KB of actions in two fresh 32 MiB pages.

@@ -16,7 +16,7 @@ from typing import Any
 
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
-from ingest.lake.connect import server_thread_stack
+from ingest.lake.connect import THREAD_STACK_MIB, server_thread_stack
 from ingest.lake.deltalog import is_delta_table, table_file_spread, table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import (WriteOutcome, append, lake_columns, retry_conflicts, session_conf, session_txn,
@@ -31,10 +31,10 @@ NARROW_MAX_KEYS = 10_000
 # table's files on average, reaches the Parquet reader as equalities (see `key_pushdown`).
 PUSH_MAX_KEYS = 1_000
 PUSH_KEYS_PER_FILE = 10
-# ... and at most this many where the server's threads have less stack than PUSH_STACK_BYTES (a server
-# started elsewhere, with the JVM's 1 MiB: see connect.THREAD_STACK_MIB).
+# ... and at most this many where the server's threads have less stack than the embedded server gives
+# them (a server started elsewhere, with the JVM's 1 MiB: see connect.THREAD_STACK_MIB).
 PUSH_MAX_KEYS_SMALL_STACK = 200
-PUSH_STACK_BYTES = 4 * 2**20
+PUSH_STACK_BYTES = THREAD_STACK_MIB * 2**20
 IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
