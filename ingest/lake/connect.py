@@ -79,11 +79,16 @@ SHORT_LIVED_SERVER_OPTIONS = " ".join((*HEAP_OPTIONS, *SHORT_LIVED_JIT))
 # history) and evicts the least recently used, whose next use reads its log again (about 1 s).
 DELTA_LOG_CACHE_SIZE = 128
 
+# jvm/src's session extensions, in jvm/jars/ingest-spark.jar (bin/setup compiles it).
+PROJECT_EXTENSIONS = "ingest.spark.Extensions"
+
 # Why each default: UTC so TIMESTAMP values mean the same instant on every machine (DESIGN
 # principle 5); few shuffle partitions because change batches are small and 200 empty tasks
 # cost seconds; Arrow for Python <-> JVM transfer; the UI off (a port nobody reads).
 SERVER_CONF: dict[str, str] = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    # Delta's, and the project's optimizer rule (jvm/src: a merge's first pass reads only the pages
+    # holding the batch's keys); a server without the latter merges the same rows, reading more
+    "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{PROJECT_EXTENSIONS}",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",

@@ -140,6 +140,52 @@ def test_a_batch_of_few_keys_a_file_reaches_the_parquet_reader_as_equalities(spa
     assert len(rows) == len(want) and {r["id"]: r["v"] for r in rows} == want
 
 
+def test_a_merges_first_pass_filters_its_scan_by_the_pushed_keys_too(spark, spark_server, tmp_path):
+    """Delta's first pass (the files a batch touches) tags each target row with a row id that is not
+    deterministic, which stops Spark's filter pushdown above its scan; the project's optimizer rule
+    (jvm/src MergeScanFilter) moves the keys below it, so the Parquet reader filters each file that pass
+    reads as well as the later passes' (one more filtered read a file), and the merge gives the same rows.
+    A query of the user's own with such a projection keeps Spark's order."""
+    from pathlib import Path
+
+    from ingest.lake.connect import PROJECT_EXTENSIONS
+
+    assert PROJECT_EXTENSIONS in spark.conf.get("spark.sql.extensions")
+    base_key = 7_360_000  # keys no other test writes: the shared server's log is searched for them
+    path = str(tmp_path / "silver")
+    base = [(base_key + i, "old", Decimal(10), False) for i in range(2000)]
+    ordered_merge(spark, path, spark.createDataFrame(base, SCHEMA), ["id"], {"kind": "silver"}, Txn("f", 0),
+                  layout=Layout(deletion_vectors=True), file_rows=100)
+    log = Path(spark_server.log)
+
+    def filtered_reads(version: int, rule: str) -> int:
+        """Parquet reads filtered by this batch's keys (parquet-java logs its predicate in each)."""
+        keys = [base_key + i for i in range(version, 2000, 50)]  # 2 keys a file: every file touched, pushed
+        batch = spark.createDataFrame([(k, f"v{version}", Decimal(20 + version), False) for k in keys], SCHEMA)
+        seen = log.stat().st_size
+        spark.conf.set("spark.ingest.mergeScanFilter.enabled", rule)
+        try:
+            ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("f", version),
+                          expected_rows=len(keys), layout=Layout(deletion_vectors=True))
+        finally:
+            spark.conf.unset("spark.ingest.mergeScanFilter.enabled")
+        with log.open("rb") as f:
+            f.seek(seen)
+            return f.read().decode("utf-8", "replace").count(f"eq(id, {keys[0]})")
+
+    without = filtered_reads(1, "false")
+    files = len(file_layout(spark, path))  # every one's keys span the batch's: the first pass reads them all
+    with_rule = filtered_reads(2, "true")
+    assert with_rule == without + files, (without, with_rule, files)
+    want = {k: "old" for k, *_ in base}
+    want.update({base_key + i: f"v{v}" for v in (1, 2) for i in range(v, 2000, 50)})
+    assert {r["id"]: r["v"] for r in spark.read.format("delta").load(path).collect()} == want
+
+    # the rule takes only Delta's tags (_row_id_, _file_name_): here the ids are numbered before the filter
+    tagged = spark.range(0, 10, numPartitions=1).selectExpr("id", "monotonically_increasing_id() AS n")
+    assert [tuple(r) for r in tagged.where("id > 6").collect()] == [(7, 7), (8, 8), (9, 9)]
+
+
 def test_silver_is_created_in_key_order_and_a_batch_at_clustered_keys_rewrites_only_their_files(spark, tmp_path):
     import random
 

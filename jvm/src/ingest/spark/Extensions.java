@@ -1,0 +1,23 @@
+package ingest.spark;
+
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.SparkSessionExtensions;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.rules.Rule;
+
+import scala.runtime.AbstractFunction1;
+import scala.runtime.BoxedUnit;
+
+/** The project's rules for a server's optimizer: {@code spark.sql.extensions} names this class. */
+public final class Extensions extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
+    @Override
+    public BoxedUnit apply(SparkSessionExtensions extensions) {
+        extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new MergeScanFilter();
+            }
+        });
+        return BoxedUnit.UNIT;
+    }
+}
