@@ -173,8 +173,9 @@ def key_pushdown(keys: int, files: float | None, stack_bytes: int | None = None)
     measured with 20,000): 1,000 updates at random keys into 100M rows with deletion vectors (108 files,
     9 keys each) took 11.0-15.0 s against 16.4-18.7 s. Into 10M rows (11 files), 100 keys (9 a file):
     a median of 5.2 against 5.5 s; 250 keys (23 a file): 6.9 against 6.6 s, each page tested against
-    the whole list. The first pass, which finds the touched files, reads every key either way (Delta's
-    row ids keep the condition above its scan). Spark joins the equalities into an OR one level deep per
+    the whole list. The first pass, which finds the touched files, is filtered too where the server has
+    the project's optimizer rule (jvm/src MergeScanFilter: Delta's row ids kept the condition above its
+    scan, which then read every key). Spark joins the equalities into an OR one level deep per
     key, which each task deserializes and parquet-java walks recursively (and formats, where its INFO
     log is on: connect.QUIET_LOGGERS): 2,000 overflowed a task thread's stack and stopped the server's
     SparkContext. So did 1,000 on a fresh server, its code not yet compiled, in 2 of 9 first merges
