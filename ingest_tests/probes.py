@@ -37,3 +37,11 @@ def ticks_after(instance, sensor: str, since: float) -> list:
             return [t for t in instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=20)
                     if t.timestamp > since and t.status in (TickStatus.SKIPPED, TickStatus.SUCCESS)]
     return []
+
+
+def server_log_files(state) -> dict:
+    """Every file the Spark Connect server `state` logs to (its log, the log's rolled files, its process's
+    own output) and their bytes."""
+    from pathlib import Path
+
+    return {path: path.read_bytes() for path in sorted(Path(state.log).parent.glob("server.*"))}

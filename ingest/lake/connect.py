@@ -330,28 +330,46 @@ def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[
 # The embedded server's logging: Spark's defaults (log4j2-defaults.properties in its jars), less one
 # line. parquet-java logs at INFO the predicate it filters each file by, and a merge that pushes its
 # keys into the reader (lake/merge.py `key_pushdown`) names all of them there: about 20 KB for each file
-# a merge reads, a few MiB for each 1,000-key merge into a 100M-row table, in a log nothing rotates.
+# a merge reads, a few MiB for each 1,000-key merge into a 100M-row table.
 QUIET_LOGGERS = {"org.apache.parquet.filter2.compat.FilterCompat": "warn",
                  "org.apache.parquet.CorruptStatistics": "error", "org.sparkproject.jetty": "warn"}
 
 
-def log_config(levels: dict[str, str] | None = None) -> str:
-    """The server's log4j2 configuration (pure): Spark's console format at INFO, QUIET_LOGGERS and
+# The embedded server's log rolls over at this size, and the newest rolled files are kept: a server
+# lives as long as the machine, and its INFO lines (every query's jobs and tasks) came to about 1 MiB a
+# minute on the tests' busy server. So the folder holds at most (1 + SERVER_LOG_FILES) * SERVER_LOG_BYTES.
+SERVER_LOG_BYTES = 64 * 2**20
+SERVER_LOG_FILES = 4
+# What the server's process writes outside log4j (the JVM's own errors, its Python workers' stderr) goes
+# to this file beside the log, moved to `<name>.1` when a start finds it above SERVER_LOG_BYTES.
+SERVER_OUT = "server.out"
+
+
+def log_config(log: Path, levels: dict[str, str] | None = None, max_bytes: int = SERVER_LOG_BYTES,
+               keep: int = SERVER_LOG_FILES) -> str:
+    """The server's log4j2 configuration (pure): Spark's console format at INFO into the file `log`,
+    rolled over at `max_bytes` into `log`.1 to `log`.<keep> (the newest first), QUIET_LOGGERS and
     `levels` (logger name: level) over them."""
-    lines = ["rootLogger.level = info", "rootLogger.appenderRef.stdout.ref = console",
-             "appender.console.type = Console", "appender.console.name = console",
-             "appender.console.target = SYSTEM_ERR", "appender.console.layout.type = PatternLayout",
-             "appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"]
+    lines = ["rootLogger.level = info", "rootLogger.appenderRef.file.ref = file",
+             "appender.file.type = RollingFile", "appender.file.name = file",
+             f"appender.file.fileName = {log}", f"appender.file.filePattern = {log}.%i",
+             "appender.file.layout.type = PatternLayout",
+             "appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex",
+             "appender.file.policies.type = Policies", "appender.file.policies.size.type = SizeBasedTriggeringPolicy",
+             f"appender.file.policies.size.size = {max_bytes}B",
+             "appender.file.strategy.type = DefaultRolloverStrategy", f"appender.file.strategy.max = {keep}",
+             "appender.file.strategy.fileIndex = min"]
     for i, (name, level) in enumerate({**QUIET_LOGGERS, **(levels or {})}.items()):
         lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
     return "\n".join(lines) + "\n"
 
 
 def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = None,
-                timeout: float = START_TIMEOUT, log_levels: dict[str, str] | None = None) -> ServerState:
+                timeout: float = START_TIMEOUT, log_levels: dict[str, str] | None = None,
+                log_bytes: int = SERVER_LOG_BYTES) -> ServerState:
     """The embedded server: the one recorded in `folder` if it is up, else a new one (one at a time:
     runs that start together wait for the first one's server instead of starting their own).
-    `log_levels`: loggers whose level differs from `log_config`'s."""
+    `log_levels`: loggers whose level differs from `log_config`'s; `log_bytes`: where its log rolls over."""
     import fcntl
 
     import pyspark
@@ -368,8 +386,11 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         port = free_port()
         log = folder / "server.log"
         log_conf = folder / "log4j2.properties"
-        log_conf.write_text(log_config(log_levels))
-        with open(log, "ab") as out:
+        log_conf.write_text(log_config(log, log_levels, log_bytes))
+        out_file = folder / SERVER_OUT
+        if out_file.exists() and out_file.stat().st_size > log_bytes:
+            out_file.replace(folder / f"{SERVER_OUT}.1")
+        with open(out_file, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=server_env(
                                         os.environ, Path(pyspark.__file__).parent,
@@ -400,10 +421,10 @@ def _wait_listening(state: ServerState, timeout: float) -> None:
     while not _listening(state.port):
         if not alive(state.pid):
             raise SparkUnavailable(f"the local Spark Connect server (pid {state.pid}) exited while starting; "
-                                   f"see {state.log}")
+                                   f"see {state.log} and {SERVER_OUT} beside it")
         if time.monotonic() > deadline:
             raise SparkUnavailable(f"the local Spark Connect server (pid {state.pid}) did not listen on port "
-                                   f"{state.port} within {timeout:.0f} s; see {state.log}")
+                                   f"{state.port} within {timeout:.0f} s; see {state.log} and {SERVER_OUT} beside it")
         time.sleep(0.2)
 
 

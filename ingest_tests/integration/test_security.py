@@ -18,6 +18,7 @@ from ingest_tests.integration.cdc_harness import (
 )
 from ingest_tests.integration.dynamodb_harness import create_table, unique
 from ingest_tests.integration.test_cdc_e2e import DAGSTER, ROOT
+from ingest_tests.probes import server_log_files
 
 DEPLOYMENT = (ROOT / "docs" / "deployment.md").read_text()
 
@@ -196,7 +197,7 @@ def test_account_statements_and_other_databases_ddl_reach_nothing_written(
     searched = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file() and path != sources}
     assert any(p.suffix == ".db" for p in searched) or storage == "postgres"  # the SQLite event storage
     assert any("compute_logs" in str(p) for p in searched)
-    searched[Path(spark_server.log)] = Path(spark_server.log).read_bytes()
+    searched.update(server_log_files(spark_server))
     searched[Path("command output")] = "\n".join(outputs).encode()
     searched[Path("PostgreSQL event storage")] = dump().encode()
     for secret in (marker, password):

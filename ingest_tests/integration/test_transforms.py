@@ -12,6 +12,7 @@ import yaml
 from dagster import AssetKey, DagsterInstance
 
 from ingest_tests.integration.cdc_harness import HARNESS_CDC, CdcHarness, write_sources
+from ingest_tests.probes import server_log_files
 
 SALT = f"salt-{uuid.uuid4().hex}"
 TRANSFORMS = {
@@ -104,9 +105,8 @@ def test_mysql_snapshot_and_batches_land_only_transformed_values(spark, spark_se
 
 
 def assert_no_marker_written(marker: str, tmp_path: Path, spark_server, sources: Path) -> None:
-    """No byte under `tmp_path` (lake, instance, compute logs) nor the Spark server's log holds `marker`."""
-    written = written_text(tmp_path)
-    written[Path(spark_server.log)] = Path(spark_server.log).read_bytes()
+    """No byte under `tmp_path` (lake, instance, compute logs) nor the Spark server's logs holds `marker`."""
+    written = {**written_text(tmp_path), **server_log_files(spark_server)}
     assert any(p.suffix == ".parquet" for p in written) and any("compute_logs" in str(p) for p in written)
     for path, data in written.items():  # every raw value holds the marker where a transform hides it
         if path != sources:

@@ -50,3 +50,33 @@ def test_silver_is_written_in_parquet_pages_of_at_most_the_set_rows(spark, tmp_p
             pages = page_rows(file, column)
             assert max(pages) <= limit and len(pages) >= 2, (file.name, column, pages)
     assert sum(page_rows(compacted[0])) == 3 * limit
+
+
+def test_the_embedded_servers_log_rolls_over_keeping_the_newest_files(tmp_path):
+    """A server of its own, its log rolling over at 32 KiB: after enough queries the folder holds the log
+    and SERVER_LOG_FILES rolled files, none much past the size, the newest first, and beside them the
+    process's own output (SERVER_OUT); the queries' lines are in the log, not there."""
+    from ingest.lake.connect import SERVER_LOG_FILES, SERVER_OUT, SHORT_LIVED_SERVER_OPTIONS, start_local, stop_local
+    from ingest.lake.spark import spark_session
+    from ingest_tests.probes import wait_for
+
+    folder, size = tmp_path / "spark", 32 * 1024
+    state = start_local(folder, {"spark.master": "local[1]",
+                                 "spark.driver.extraJavaOptions": SHORT_LIVED_SERVER_OPTIONS}, log_bytes=size)
+    try:
+        spark = spark_session(state.url)
+        rolled = [folder / f"server.log.{i}" for i in range(1, SERVER_LOG_FILES + 1)]
+
+        def queried_until_rolled_past_the_kept_files() -> bool:
+            for _ in range(20):  # each job logs its stages and tasks at INFO
+                assert spark.range(100).selectExpr("sum(id)").first()[0] == 4950
+            return rolled[-1].exists() and (folder / "server.log").stat().st_size > 0 and \
+                rolled[-1].stat().st_mtime < rolled[0].stat().st_mtime
+        wait_for(queried_until_rolled_past_the_kept_files, 300, f"the log to roll over {SERVER_LOG_FILES + 1} times")
+        spark.stop()
+    finally:
+        stop_local(folder)
+    assert sorted(p.name for p in folder.glob("server.log*")) == ["server.log", *(p.name for p in rolled)]
+    assert all(size // 2 < p.stat().st_size <= size + 8192 for p in rolled), [p.stat().st_size for p in rolled]
+    assert b"INFO DAGScheduler: Job " in (folder / "server.log").read_bytes()
+    assert (folder / SERVER_OUT).exists() and b"DAGScheduler" not in (folder / SERVER_OUT).read_bytes()

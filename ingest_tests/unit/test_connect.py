@@ -112,13 +112,18 @@ def test_the_embedded_server_starts_without_a_connect_clients_settings(tmp_path)
 def test_the_embedded_server_logs_as_spark_does_without_the_parquet_readers_predicates(tmp_path):
     from ingest.lake.connect import log_config, server_env
 
-    quiet = log_config()
+    log = tmp_path / "server.log"
+    quiet = log_config(log)
     assert "rootLogger.level = info" in quiet and "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex" in quiet
+    # into its file, rolled over at 64 MiB, the newest four rolled files kept
+    assert f"appender.file.fileName = {log}\n" in quiet and f"appender.file.filePattern = {log}.%i\n" in quiet
+    assert "appender.file.policies.size.size = 67108864B\n" in quiet and "appender.file.strategy.max = 4\n" in quiet
+    assert "appender.file.policies.size.size = 1000B\n" in log_config(log, max_bytes=1000)
     name = "org.apache.parquet.filter2.compat.FilterCompat"
     level = {line.split(" = ")[1]: quiet.splitlines()[i + 1].split(" = ")[1]
              for i, line in enumerate(quiet.splitlines()) if line.startswith("logger.") and ".name = " in line}
     assert level[name] == "warn"  # a merge's pushed keys, ~20 KB a file read, stay out of an unrotated log
-    assert f"logger.l0.name = {name}\nlogger.l0.level = info" in log_config({name: "info"})
+    assert f"logger.l0.name = {name}\nlogger.l0.level = info" in log_config(log, {name: "info"})
     conf = tmp_path / "log4j2.properties"
     assert server_env({}, tmp_path, log_conf=conf)["LOG4J_CONFIGURATION_FILE"] == str(conf)
     mine = {"LOG4J_CONFIGURATION_FILE": "/etc/mine.xml"}  # a user's own configuration stays
