@@ -30,7 +30,7 @@ import scala.runtime.AbstractPartialFunction;
  * first pass's task time.
  *
  * <p>Below such a projection this rule moves the filter's deterministic conjuncts that read only the
- * projection's input: the rows that reach the join are the same, and so are each row's file name. The
+ * projection's input (up to the first conjunct that is not deterministic, as Spark's own rules do): the rows that reach the join are the same, and so are each row's file name. The
  * row ids come out different numbers, still unique: Delta uses them only to find a target row that
  * two batch rows match. Other projections are left alone. {@code spark.ingest.mergeScanFilter.enabled}
  * false turns it off for a session.
@@ -66,8 +66,10 @@ public final class MergeScanFilter extends Rule<LogicalPlan> {
     static LogicalPlan pushBelow(Filter filter) {
         Project tags = (Project) filter.child();
         List<Expression> below = new ArrayList<>(), above = new ArrayList<>();
+        boolean pastNondeterministic = false; // as Spark's own pushdown: none from after such a conjunct
         for (Expression e : conjuncts(filter.condition())) {
-            boolean movable = e.deterministic() && e.references().subsetOf(tags.child().outputSet());
+            pastNondeterministic |= !e.deterministic();
+            boolean movable = !pastNondeterministic && e.references().subsetOf(tags.child().outputSet());
             (movable ? below : above).add(e);
         }
         if (below.isEmpty()) {
