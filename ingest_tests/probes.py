@@ -1,6 +1,7 @@
 """What tests wait for and read of a running deployment."""
 
 import time
+from pathlib import Path
 
 SCHEDULES_STOPPED = {"maintenance": {"running": False}, "reconcile": {"running": False}}
 """Sources-file settings for a test whose daemon must launch only what the test asks for: left on, the
@@ -42,6 +43,4 @@ def ticks_after(instance, sensor: str, since: float) -> list:
 def server_log_files(state) -> dict:
     """Every file the Spark Connect server `state` logs to (its log, the log's rolled files, its process's
     own output) and their bytes."""
-    from pathlib import Path
-
     return {path: path.read_bytes() for path in sorted(Path(state.log).parent.glob("server.*"))}

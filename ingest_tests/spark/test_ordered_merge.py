@@ -156,19 +156,19 @@ def test_a_merges_first_pass_filters_its_scan_by_the_pushed_keys_too(spark, spar
     base = [(base_key + i, "old", Decimal(10), False) for i in range(2000)]
     ordered_merge(spark, path, spark.createDataFrame(base, SCHEMA), ["id"], {"kind": "silver"}, Txn("f", 0),
                   layout=Layout(deletion_vectors=True), file_rows=100)
-    log = Path(spark_server.log)
+    log, enabled = Path(spark_server.log), "spark.ingest.mergeScanFilter.enabled"  # the rule's switch
 
     def filtered_reads(version: int, rule: str) -> int:
         """Parquet reads filtered by this batch's keys (parquet-java logs its predicate in each)."""
         keys = [base_key + i for i in range(version, 2000, 50)]  # 2 keys a file: every file touched, pushed
         batch = spark.createDataFrame([(k, f"v{version}", Decimal(20 + version), False) for k in keys], SCHEMA)
         seen = log.stat().st_size
-        spark.conf.set("spark.ingest.mergeScanFilter.enabled", rule)
+        spark.conf.set(enabled, rule)
         try:
             ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("f", version),
                           expected_rows=len(keys), layout=Layout(deletion_vectors=True))
         finally:
-            spark.conf.unset("spark.ingest.mergeScanFilter.enabled")
+            spark.conf.unset(enabled)
         with log.open("rb") as f:
             f.seek(seen)
             return f.read().decode("utf-8", "replace").count(f"eq(id, {keys[0]})")

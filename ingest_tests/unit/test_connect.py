@@ -122,7 +122,7 @@ def test_the_embedded_server_logs_as_spark_does_without_the_parquet_readers_pred
     name = "org.apache.parquet.filter2.compat.FilterCompat"
     level = {line.split(" = ")[1]: quiet.splitlines()[i + 1].split(" = ")[1]
              for i, line in enumerate(quiet.splitlines()) if line.startswith("logger.") and ".name = " in line}
-    assert level[name] == "warn"  # a merge's pushed keys, ~20 KB a file read, stay out of an unrotated log
+    assert level[name] == "warn"  # a merge's pushed keys, ~20 KB a file read, stay out of the log
     assert f"logger.l0.name = {name}\nlogger.l0.level = info" in log_config(log, {name: "info"})
     conf = tmp_path / "log4j2.properties"
     assert server_env({}, tmp_path, log_conf=conf)["LOG4J_CONFIGURATION_FILE"] == str(conf)

@@ -29,11 +29,12 @@ import scala.runtime.AbstractPartialFunction;
  * file, while the later passes read only the pages holding the keys: at 100M rows, about half of the
  * first pass's task time.
  *
- * <p>Below such a projection this rule moves the filter's deterministic conjuncts that read only the
- * projection's input (up to the first conjunct that is not deterministic, as Spark's own rules do): the rows that reach the join are the same, and so are each row's file name. The
- * row ids come out different numbers, still unique: Delta uses them only to find a target row that
- * two batch rows match. Other projections are left alone. {@code spark.ingest.mergeScanFilter.enabled}
- * false turns it off for a session.
+ * <p>Below such a projection this rule moves the filter's conjuncts that read only the projection's
+ * input, up to the first conjunct that is not deterministic (as Spark's own rules do): the rows that
+ * reach the join are the same, and so is each row's file name. The row ids come out different
+ * numbers, still unique: Delta uses them only to find a target row that two batch rows match. Other
+ * projections are left alone. {@code spark.ingest.mergeScanFilter.enabled} false turns it off for a
+ * session.
  */
 public final class MergeScanFilter extends Rule<LogicalPlan> {
     public static final String ENABLED = "spark.ingest.mergeScanFilter.enabled";
