@@ -147,9 +147,12 @@ SESSION_CONF: dict[str, str] = {
     "spark.sql.codegen.hugeMethodLimit": "8000",
     # A merge into a table that records the change data feed writes its output partitioned into data
     # and `_change_data` files; by default Spark sorts every row of a task by that partition first.
-    # With two writers open at once it does not sort: 1,000 updates at random keys into 10M rows took
-    # 13.3 s against 15.3 s (1M rows: 2.8 against 3.6 s); our tables have no other partitions.
-    "spark.sql.maxConcurrentOutputFileWriters": "2",
+    # With writers open at once it does not: 1,000 updates at random keys into 10M rows took 13.3 s
+    # against 15.3 s (1M rows: 2.8 against 3.6 s). Spark falls back to the sort as soon as the open
+    # writers *reach* this number (FileFormatDataWriter), so the two partitions need 3: with 2, each
+    # task sorted the rest of its rows from its first change row on (11.7 against 11.2 s at 10M rows).
+    # Our tables have no other partitions.
+    "spark.sql.maxConcurrentOutputFileWriters": "3",
     # A MERGE with an insert clause joins the rows of the files it rewrites to the batch by a full outer
     # join, which Spark cannot broadcast, so it sorted both sides: every row of a copy-on-write table the
     # batch touches. Once both sides are shuffled, adaptive execution instead builds a hash map of a side

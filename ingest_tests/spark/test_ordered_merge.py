@@ -231,6 +231,28 @@ def test_silver_records_a_change_feed_spark_and_delta_rs_read(spark, tmp_path):
     assert sorted((r["id"], r["v"], r["_deleted"], r["_change_type"]) for r in changes) == expected
 
 
+def test_a_merge_writes_its_data_and_change_files_at_once_without_sorting_its_rows(spark, spark_server, tmp_path):
+    """A merge into a table with the feed writes each task's rows to its data file and its `_change_data`
+    file open at once (connect.SESSION_CONF); Spark logs it when it gives that up and sorts the rest of a
+    task's rows instead, which it did from each task's first change row on while the setting allowed two
+    writers (it falls back on reaching the number)."""
+    from pathlib import Path
+
+    path, log = tmp_path / "silver", Path(spark_server.log)
+    ordered_merge(spark, str(path), spark.createDataFrame([(i, "a", Decimal(1), False) for i in range(200)], SCHEMA),
+                  ["id"], {"kind": "silver"}, Txn("writers", 0))
+    seen = log.stat().st_size
+    batch = [(i, "b", Decimal(2), False) for i in range(0, 300, 7)]  # updates and inserts
+    ordered_merge(spark, str(path), spark.createDataFrame(batch, SCHEMA), ["id"], {"kind": "silver"},
+                  Txn("writers", 1), expected_rows=len(batch))
+    with log.open("rb") as f:
+        f.seek(seen)
+        assert "Fall back from concurrent writers" not in f.read().decode("utf-8", "replace")
+    assert list((path / "_change_data").glob("*.parquet"))
+    assert {r["id"]: r["v"] for r in spark.read.format("delta").load(str(path)).collect()} == \
+        {**{i: "a" for i in range(200)}, **{i: "b" for i in range(0, 300, 7)}}
+
+
 def test_a_table_opted_out_of_the_change_feed_writes_none_and_an_opt_in_or_out_applies_at_the_next_merge(spark, tmp_path):
     """`without_change_feed` (Layout.change_feed False): the table is made with the feed off and a merge that
     updates rows writes no `_change_data` files; a table made with the feed turns it off at its next merge,
