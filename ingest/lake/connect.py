@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ingest.localdev.processes import SHORT_LIVED_JIT, alive, free_port
+from ingest.logfiles import LOG_BYTES, LOG_FILES, roll_over
 from ingest.paths import local_dir
 
 DRIVER_MEMORY = "2g"
@@ -338,13 +339,12 @@ QUIET_LOGGERS = {"org.apache.parquet.filter2.compat.FilterCompat": "warn",
                  "org.apache.parquet.CorruptStatistics": "error", "org.sparkproject.jetty": "warn"}
 
 
-# The embedded server's log rolls over at this size, and the newest rolled files are kept: a server
-# lives as long as the machine, and its INFO lines (every query's jobs and tasks) came to about 1 MiB a
-# minute on the tests' busy server. So the folder holds at most (1 + SERVER_LOG_FILES) * SERVER_LOG_BYTES.
-SERVER_LOG_BYTES = 64 * 2**20
-SERVER_LOG_FILES = 4
+# The embedded server's log rolls over at this size, and the newest rolled files are kept (its INFO
+# lines, every query's jobs and tasks, came to about 1 MiB a minute on the tests' busy server).
+SERVER_LOG_BYTES = LOG_BYTES
+SERVER_LOG_FILES = LOG_FILES
 # What the server's process writes outside log4j (the JVM's own errors, its Python workers' stderr) goes
-# to this file beside the log, moved to `<name>.1` when a start finds it above SERVER_LOG_BYTES.
+# to this file beside the log, rolled over (logfiles.roll_over) when a start finds it above SERVER_LOG_BYTES.
 SERVER_OUT = "server.out"
 
 
@@ -391,8 +391,7 @@ def start_local(folder: Path | None = None, extra_conf: dict[str, str] | None = 
         log_conf = folder / "log4j2.properties"
         log_conf.write_text(log_config(log, log_levels, log_bytes))
         out_file = folder / SERVER_OUT
-        if out_file.exists() and out_file.stat().st_size > log_bytes:
-            out_file.replace(folder / f"{SERVER_OUT}.1")
+        roll_over(out_file, log_bytes)
         with open(out_file, "ab") as out:
             proc = subprocess.Popen(server_command(port, extra_conf), stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=server_env(

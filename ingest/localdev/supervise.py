@@ -7,7 +7,9 @@ runs the same commands, read from the same unit files (`ExecStartPre=`, `ExecSta
 crash, the OOM killer) is started again, and the daemon and the webserver find it again at their next call, where
 `dagster dev` leaves it dead and every sensor tick failing.
 
-Each process runs in its own session, so one signal reaches it and everything it started. SIGTERM or
+Each process writes to `<unit>.log` in the state folder, which rolls over by size (logfiles.roll_over:
+the newest rolled files kept), checked every ROLL_CHECK_SECONDS. Each process runs in its own session,
+so one signal reaches it and everything it started. SIGTERM or
 SIGINT stops them all (SIGTERM, then SIGKILL after `--stop-timeout`), whether or not the supervisor
 was started with job control; a supervisor that is killed outright takes nothing down with it, which
 is why bin/demo stops it with SIGTERM.
@@ -28,9 +30,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingest.logfiles import LOG_BYTES, LOG_FILES, roll_over
 from ingest.paths import PROJECT_ROOT, local_dir
 
 UNITS = PROJECT_ROOT / "deploy" / "systemd"
+# How often the units' logs are looked at for their size: a busy daemon writes well under 1 MiB a second.
+ROLL_CHECK_SECONDS = 10.0
 
 
 class UnitError(ValueError):
@@ -88,11 +93,14 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 class Supervisor:
-    def __init__(self, units: list[Unit], state: Path, env: dict[str, str], stop_timeout: float = 30.0) -> None:
+    def __init__(self, units: list[Unit], state: Path, env: dict[str, str], stop_timeout: float = 30.0,
+                 log_bytes: int = LOG_BYTES, log_files: int = LOG_FILES,
+                 roll_check_seconds: float = ROLL_CHECK_SECONDS) -> None:
         self.units = units
         self.state = state
         self.env = env
         self.stop_timeout = stop_timeout
+        self.log_bytes, self.log_files, self.roll_check_seconds = log_bytes, log_files, roll_check_seconds
         self.running: dict[str, subprocess.Popen] = {}
         self.due: dict[str, float] = {}
         self.stopping = False
@@ -101,6 +109,7 @@ class Supervisor:
         print(f"supervise: {message}", file=sys.stderr, flush=True)
 
     def start(self, unit: Unit) -> None:
+        # appended to (O_APPEND, which the process inherits), so that it writes on at the start once rolled
         log = open(self.state / f"{unit.name}.log", "ab")
         proc = subprocess.Popen(unit.command, env=self.env, cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -119,8 +128,13 @@ class Supervisor:
             self.start(unit)
         self.log(f"started {', '.join(self.units_started())}; logs in {self.state}")
         by_name = {u.name: u for u in self.units}
+        rolled = time.monotonic()
         while not self.stopping:
             now = time.monotonic()
+            if now - rolled >= self.roll_check_seconds:
+                rolled = now
+                for unit in self.units:
+                    roll_over(self.state / f"{unit.name}.log", self.log_bytes, self.log_files)
             for name, proc in list(self.running.items()):
                 if proc.poll() is not None and name not in self.due:
                     unit = by_name[name]
