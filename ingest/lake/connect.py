@@ -281,13 +281,14 @@ def parse_properties(text: str, where: str) -> dict[str, str]:
 
 
 def java_stack_bytes(options: str) -> int:
-    """The thread stack a JVM started with these options gives its threads: the last -Xss, else the
-    JVM's 1 MiB (pure)."""
+    """The thread stack a JVM started with these options gives its threads: the last -Xss or
+    -XX:ThreadStackSize (both set the one flag, which counts KiB: HotSpot takes `=4k` as 4,096 KiB), else
+    the JVM's 1 MiB (pure)."""
     size = 2**20
     for option in options.split():
-        found = re.fullmatch(r"-Xss(\d+)([kmg]?)", option, re.IGNORECASE)
+        found = re.fullmatch(r"(-Xss|-XX:ThreadStackSize=)(\d+)([kKmMgG]?)", option)
         if found:
-            size = int(found[1]) * 1024 ** " kmg".index(found[2].lower() or " ")
+            size = int(found[2]) * 1024 ** " kmg".index(found[3].lower() or " ") * (1 if found[1] == "-Xss" else 1024)
     return size
 
 

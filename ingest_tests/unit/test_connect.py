@@ -157,5 +157,7 @@ def test_a_jvms_thread_stack_is_read_from_its_options_as_the_jvm_reads_them():
     assert java_stack_bytes("-Xms2g -Xss512k") == 512 * 2**10
     assert java_stack_bytes("-Xss4M -XX:+UseG1GC -Xss8m") == 8 * 2**20  # the last one counts
     assert java_stack_bytes("-Xss2g") == 2 * 2**30 and java_stack_bytes("-Xss65536") == 65536
-    assert java_stack_bytes("-Xssx -XX:ThreadStackSize=4096") == 2**20  # neither is an -Xss size
+    assert java_stack_bytes("-Xssx -XX:ThreadStackSize=4096") == 4 * 2**20  # the flag -Xss sets, in KiB
+    assert java_stack_bytes("-XX:ThreadStackSize=4096 -Xss1m") == 2**20  # the last one counts
+    assert java_stack_bytes("-XX:ThreadStackSize=4k") == 4 * 2**20  # as `java -XX:+PrintFlagsFinal` shows
     assert java_stack_bytes(" ".join(HEAP_OPTIONS)) == THREAD_STACK_MIB * 2**20
