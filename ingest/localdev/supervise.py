@@ -8,13 +8,14 @@ crash, the OOM killer) is started again, and the daemon and the webserver find i
 `dagster dev` leaves it dead and every sensor tick failing.
 
 Each process writes to `<unit>.log` in the state folder, which rolls over by size (logfiles.roll_over:
-the newest rolled files kept), checked every ROLL_CHECK_SECONDS. Each process runs in its own session,
+the newest rolled files kept), checked every ROLL_CHECK_SECONDS; so does every `--roll` file, the log of
+a process started elsewhere (bin/demo's databases and writers) that appends to it. Each process runs in its own session,
 so one signal reaches it and everything it started. SIGTERM or
 SIGINT stops them all (SIGTERM, then SIGKILL after `--stop-timeout`), whether or not the supervisor
 was started with job control; a supervisor that is killed outright takes nothing down with it, which
 is why bin/demo stops it with SIGTERM.
 
-    python -m ingest.localdev.supervise [--units deploy/systemd] [--state DIR]
+    python -m ingest.localdev.supervise [--units deploy/systemd] [--state DIR] [--roll FILE ...]
 """
 
 from __future__ import annotations
@@ -95,12 +96,13 @@ def read_env_file(path: Path) -> dict[str, str]:
 class Supervisor:
     def __init__(self, units: list[Unit], state: Path, env: dict[str, str], stop_timeout: float = 30.0,
                  log_bytes: int = LOG_BYTES, log_files: int = LOG_FILES,
-                 roll_check_seconds: float = ROLL_CHECK_SECONDS) -> None:
+                 roll_check_seconds: float = ROLL_CHECK_SECONDS, other_logs: tuple[Path, ...] = ()) -> None:
         self.units = units
         self.state = state
         self.env = env
         self.stop_timeout = stop_timeout
         self.log_bytes, self.log_files, self.roll_check_seconds = log_bytes, log_files, roll_check_seconds
+        self.other_logs = other_logs
         self.running: dict[str, subprocess.Popen] = {}
         self.due: dict[str, float] = {}
         self.stopping = False
@@ -133,8 +135,8 @@ class Supervisor:
             now = time.monotonic()
             if now - rolled >= self.roll_check_seconds:
                 rolled = now
-                for unit in self.units:
-                    roll_over(self.state / f"{unit.name}.log", self.log_bytes, self.log_files)
+                for path in [self.state / f"{unit.name}.log" for unit in self.units] + list(self.other_logs):
+                    roll_over(path, self.log_bytes, self.log_files)
             for name, proc in list(self.running.items()):
                 if proc.poll() is not None and name not in self.due:
                     unit = by_name[name]
@@ -181,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="defaults for the variables the units read (the environment wins)")
     parser.add_argument("--state", type=Path, default=None, help="logs and PID files (default: .local/supervise)")
     parser.add_argument("--stop-timeout", type=float, default=30.0)
+    parser.add_argument("--roll", type=Path, action="append", default=[], metavar="FILE",
+                        help="another log to roll over as the units' roll; its writer must open it for appending")
     args = parser.parse_args(argv)
     env = {**read_env_file(args.env_file), "INGEST_HOME": str(PROJECT_ROOT), **os.environ}
     try:
@@ -191,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     if not units:
         print(f"supervise: no .service files in {args.units}", file=sys.stderr)
         return 2
-    return Supervisor(units, args.state or local_dir() / "supervise", env, args.stop_timeout).run()
+    return Supervisor(units, args.state or local_dir() / "supervise", env, args.stop_timeout,
+                      other_logs=tuple(args.roll)).run()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 import os
 import signal
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from ingest.localdev.supervise import Supervisor, parse_unit
 from ingest.logfiles import roll_over
@@ -32,19 +34,13 @@ def test_a_writer_appending_through_its_own_descriptor_writes_on_at_the_start_of
     assert (tmp_path / "x.log.1").read_bytes() == b"old line\n" * 4
 
 
-def test_the_supervisor_rolls_a_running_units_log_over_keeping_the_newest_lines(tmp_path):
-    """A unit that keeps writing numbered lines: its log rolls over while it runs, the rolled files hold
-    whole lines, the newest in `.1`, and no more files are kept than asked."""
-    script = tmp_path / "talk.py"
-    script.write_text("import sys, time\nfor i in range(10**6):\n"
-                      "    sys.stdout.write(f'line {i:08d} ' + 'x' * 80 + '\\n'); sys.stdout.flush(); time.sleep(0.002)\n")
-    unit_file = tmp_path / "talker.service"
-    unit_file.write_text(f"[Service]\nExecStart={sys.executable} {script}\n")
-    state = tmp_path / "state"
-    supervisor = Supervisor([parse_unit(unit_file, dict(os.environ))], state, dict(os.environ), stop_timeout=5,
-                            log_bytes=4096, log_files=2, roll_check_seconds=0.1)
+TALKER = ("import sys, time\nfor i in range(10**6):\n"
+          "    sys.stdout.write(f'line {i:08d} ' + 'x' * 80 + '\\n'); sys.stdout.flush(); time.sleep(0.002)\n")
+
+
+def run_supervisor_for(seconds: float, supervisor: Supervisor) -> None:
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    stopper = threading.Timer(3.0, supervisor.stop)
+    stopper = threading.Timer(seconds, supervisor.stop)
     stopper.start()
     try:
         supervisor.run()
@@ -52,12 +48,50 @@ def test_the_supervisor_rolls_a_running_units_log_over_keeping_the_newest_lines(
         stopper.cancel()
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    files = [state / "talker.log.2", state / "talker.log.1", state / "talker.log"]  # oldest first
-    assert all(f.exists() for f in files) and not (state / "talker.log.3").exists()
+
+
+def assert_rolled_in_order(log: Path, size: int) -> None:
+    """Two rolled files and the live one, each of whole numbered lines, the numbers rising from the
+    oldest file to the live one, and no more files kept than asked."""
+    files = [log.with_name(log.name + ".2"), log.with_name(log.name + ".1"), log]  # oldest first
+    assert all(f.exists() for f in files) and not log.with_name(log.name + ".3").exists()
     numbers = []
     for f in files:
         lines = f.read_text().splitlines()
         assert lines and all(line.startswith("line ") and line.endswith("x" * 80) for line in lines), f
         numbers.append([int(line.split()[1]) for line in lines])
     assert numbers[0][-1] < numbers[1][0] and numbers[1][-1] < numbers[2][0], [(n[0], n[-1]) for n in numbers]
-    assert all(len(f.read_bytes()) < 4 * 4096 for f in files[:2])  # rolled near the size, not left to grow
+    assert all(len(f.read_bytes()) < 4 * size for f in files[:2])  # rolled near the size, not left to grow
+
+
+def test_the_supervisor_rolls_a_running_units_log_over_keeping_the_newest_lines(tmp_path):
+    """A unit that keeps writing numbered lines: its log rolls over while it runs, the rolled files hold
+    whole lines, the newest in `.1`, and no more files are kept than asked."""
+    script = tmp_path / "talk.py"
+    script.write_text(TALKER)
+    unit_file = tmp_path / "talker.service"
+    unit_file.write_text(f"[Service]\nExecStart={sys.executable} {script}\n")
+    state = tmp_path / "state"
+    run_supervisor_for(3.0, Supervisor([parse_unit(unit_file, dict(os.environ))], state, dict(os.environ),
+                                       stop_timeout=5, log_bytes=4096, log_files=2, roll_check_seconds=0.1))
+    assert_rolled_in_order(state / "talker.log", 4096)
+
+
+def test_the_supervisor_rolls_the_log_of_a_process_it_did_not_start(tmp_path):
+    """bin/demo's writers and databases append to their logs (`>>`) and the supervisor is given them with
+    `--roll`: such a log rolls over as a unit's does."""
+    script = tmp_path / "talk.py"
+    script.write_text(TALKER)
+    writer_log = tmp_path / "demo-writer.log"
+    with open(writer_log, "ab") as out:
+        writer = subprocess.Popen([sys.executable, str(script)], stdout=out, stderr=subprocess.STDOUT)
+    idle = tmp_path / "idle.service"  # a unit that writes nothing
+    idle.write_text(f"[Service]\nExecStart={sys.executable} -c \"import time; time.sleep(60)\"\n")
+    try:
+        run_supervisor_for(3.0, Supervisor([parse_unit(idle, dict(os.environ))], tmp_path / "state",
+                                           dict(os.environ), stop_timeout=5, log_bytes=4096, log_files=2,
+                                           roll_check_seconds=0.1, other_logs=(writer_log,)))
+    finally:
+        writer.terminate()
+        writer.wait()
+    assert_rolled_in_order(writer_log, 4096)
