@@ -9,11 +9,11 @@ crash, the OOM killer) is started again, and the daemon and the webserver find i
 
 Each process writes to `<unit>.log` in the state folder, which rolls over by size (logfiles.roll_over:
 the newest rolled files kept), checked every ROLL_CHECK_SECONDS; so does every `--roll` file, the log of
-a process started elsewhere (bin/demo's databases and writers) that appends to it. Each process runs in its own session,
-so one signal reaches it and everything it started. SIGTERM or
-SIGINT stops them all (SIGTERM, then SIGKILL after `--stop-timeout`), whether or not the supervisor
-was started with job control; a supervisor that is killed outright takes nothing down with it, which
-is why bin/demo stops it with SIGTERM.
+a process started elsewhere (bin/demo's databases and writers) that appends to it. Each process runs in
+its own session, so one signal reaches it and everything it started. SIGTERM or SIGINT stops them all
+(SIGTERM, then SIGKILL after `--stop-timeout`), whether or not the supervisor was started with job
+control; a supervisor that is killed outright takes nothing down with it, which is why bin/demo stops it
+with SIGTERM.
 
     python -m ingest.localdev.supervise [--units deploy/systemd] [--state DIR] [--roll FILE ...]
 """

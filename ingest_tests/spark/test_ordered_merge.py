@@ -1,6 +1,7 @@
 """The ordered merge converges whatever order batches arrive in, and however often."""
 
 from decimal import Decimal
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -98,8 +99,6 @@ def test_a_batch_of_few_keys_a_file_reaches_the_parquet_reader_as_equalities(spa
     equalities, which the reader tests page by page (parquet-java logs the predicate it filters by in
     each task); more keys a file keep Spark's `in` predicate. Either way the merge gives the same rows,
     and the session's setting is put back."""
-    from pathlib import Path
-
     from ingest.lake.merge import IN_FILTER_THRESHOLD, PUSH_KEYS_PER_FILE
 
     base_key = 7_340_000  # keys no other test writes: the shared server's log is searched for them
@@ -146,8 +145,6 @@ def test_a_merges_first_pass_filters_its_scan_by_the_pushed_keys_too(spark, spar
     (jvm/src MergeScanFilter) moves the keys below it, so the Parquet reader filters each file that pass
     reads as well as the later passes' (one more filtered read a file), and the merge gives the same rows.
     A query of the user's own with such a projection keeps Spark's order."""
-    from pathlib import Path
-
     from ingest.lake.connect import PROJECT_EXTENSIONS
 
     assert PROJECT_EXTENSIONS in spark.conf.get("spark.sql.extensions")
@@ -236,8 +233,6 @@ def test_a_merge_writes_its_data_and_change_files_at_once_without_sorting_its_ro
     file open at once (connect.SESSION_CONF); Spark logs it when it gives that up and sorts the rest of a
     task's rows instead, which it did from each task's first change row on while the setting allowed two
     writers (it falls back on reaching the number)."""
-    from pathlib import Path
-
     path, log = tmp_path / "silver", Path(spark_server.log)
     ordered_merge(spark, str(path), spark.createDataFrame([(i, "a", Decimal(1), False) for i in range(200)], SCHEMA),
                   ["id"], {"kind": "silver"}, Txn("writers", 0))
