@@ -87,8 +87,9 @@ PROJECT_EXTENSIONS = "ingest.spark.Extensions"
 # principle 5); few shuffle partitions because change batches are small and 200 empty tasks
 # cost seconds; Arrow for Python <-> JVM transfer; the UI off (a port nobody reads).
 SERVER_CONF: dict[str, str] = {
-    # Delta's, and the project's optimizer rule (jvm/src: a merge's first pass reads only the pages
-    # holding the batch's keys); a server without the latter merges the same rows, reading more
+    # Delta's, and the project's optimizer rules (jvm/src: a merge's first pass reads only the pages
+    # holding the batch's keys; a copy-on-write merge broadcasts a small batch and keeps its files' key
+    # order); a server without them merges the same rows, reading and shuffling more
     "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{PROJECT_EXTENSIONS}",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",

@@ -37,7 +37,8 @@ COMPACT_BELOW = 2**20
 COMPACT_UP_TO = 32 * 2**20
 
 # Silver is put back in key order when a batch of one key would rewrite, on average, more than this many
-# of silver's files (merge.SILVER_FILE_ROWS rows each). A merge that inserts rows writes its output in the
+# of silver's files (merge.SILVER_FILE_ROWS rows each). A merge that inserts rows, with a batch too large
+# to broadcast (or on a server without the project's jvm/src MergeBroadcastJoin), writes its output in the
 # hash order of its join (a full outer join, shuffled by key), so one batch at random keys leaves every
 # file it rewrote spanning the whole key range: a 10M-row silver of 12 key-range files became 4 such
 # files, and every later batch, even one at the newest keys, then rewrote all 10M rows. A table laid out

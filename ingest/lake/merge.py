@@ -36,6 +36,9 @@ PUSH_KEYS_PER_FILE = 10
 PUSH_MAX_KEYS_SMALL_STACK = 200
 PUSH_STACK_BYTES = THREAD_STACK_MIB * 2**20
 IN_FILTER_THRESHOLD = "spark.sql.parquet.pushdown.inFilterThreshold"
+# A merge writes files of at most `file_rows` rows too: one that keeps its files' key order (a broadcast
+# batch) then leaves files as narrow as it found them, where a 10M-row silver's 10 files came out as 2.
+MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
 # How `ordered_merge` sorts a table it creates, most often from a whole snapshot. The server's 4 shuffle
@@ -248,9 +251,12 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     1,000 updates at the newest keys of 10M rows took 1.6-2.1 s, against
     7.7-10.4 s when every file held keys from the whole range (the window's
     hash order, or one file after compaction). Random keys still touch every
-    file, and a merge with inserts writes its output in its join's hash order:
-    the maintenance job puts such a table back in key order (`recluster`). The
-    commit names the keys (`MERGE_KEYS`) for it.
+    file. A batch Spark broadcasts (within `spark.sql.autoBroadcastJoinThreshold`)
+    keeps the rewritten rows in their files' order, in files of at most
+    `file_rows` rows (the project's optimizer rule, jvm/src MergeBroadcastJoin);
+    a larger one writes its output in its join's hash order, and the maintenance
+    job puts such a table back in key order (`recluster`). The commit names the
+    keys (`MERGE_KEYS`) for it.
     """
     from pyspark.sql import functions as F
 
@@ -275,7 +281,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(latest_per_key(changes, keys))
     try:
-        with session_conf(spark, pushed), session_txn(spark, metadata, txn):
+        merging = {**pushed, MAX_RECORDS_PER_FILE: str(file_rows)}
+        with session_conf(spark, merging), session_txn(spark, metadata, txn):
             spark.sql(merge_sql(path, view, plan)).collect()
     finally:
         spark.catalog.dropTempView(view)

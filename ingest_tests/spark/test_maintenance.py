@@ -192,13 +192,15 @@ def test_compaction_keeps_silvers_key_range_files_apart_and_joins_the_small_ones
 
 
 def test_maintenance_puts_silver_back_in_key_order_after_a_batch_at_random_keys(spark, tmp_path, monkeypatch):
-    """A merge with inserts writes in its join's hash order: a batch at scattered keys left a file spanning
-    the whole key range, which every later batch, even one at the newest keys, then rewrote."""
+    """A merge whose batch is too large to broadcast writes in its join's hash order (a smaller one keeps the
+    files' order: jvm/src MergeBroadcastJoin): a batch at scattered keys left a file spanning the whole key
+    range, which every later batch, even one at the newest keys, then rewrote."""
     from decimal import Decimal
 
     from ingest.lake import merge
     from ingest.lake.maintenance import Retention, key_ranges, key_sample, maintain, recluster, rows_rewritten_per_key
     from ingest.lake.merge import ordered_merge
+    from ingest.lake.write import session_conf
     from ingest_tests.merges import last_commit
 
     path = str(tmp_path / "silver")
@@ -212,7 +214,8 @@ def test_maintenance_puts_silver_back_in_key_order_after_a_batch_at_random_keys(
     def scatter(version: int) -> None:  # updates across the key range and one new row
         batch = spark.createDataFrame([(k, "u", Decimal(20 + version), False) for k in range(7, 4000, 97)]
                                       + [(9000 + version, "new", Decimal(20 + version), False)], columns)
-        ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", version), expected_rows=43)
+        with session_conf(spark, {"spark.sql.autoBroadcastJoinThreshold": "-1"}):  # as a batch too large to broadcast
+            ordered_merge(spark, path, batch, ["id"], {"kind": "silver"}, Txn("s", version), expected_rows=43)
 
     def rewritten() -> float:  # by a batch of one key, on average over every key (a sample as large as the table)
         every_key = key_sample(spark, path, "id", rows=1, size=1)

@@ -289,3 +289,79 @@ def test_a_table_opted_out_of_the_change_feed_writes_none_and_an_opt_in_or_out_a
         merge_history(spark, history, spark.createDataFrame([(1, f"v{n}", Decimal(n + 1), None, False)], versions),
                       ["id"], [], {"kind": "history"}, Txn("h", n), layout=layout)
     assert table_properties(history)[CHANGE_DATA_FEED] == "false" and change_files("history") == []
+
+
+def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_the_same(spark, spark_server, tmp_path):
+    """A copy-on-write MERGE with an insert clause joins its batch to every row of the files it rewrites by a
+    full outer join, which Spark cannot broadcast: the table's rows were shuffled and came out in hash order.
+    The project's optimizer rule (jvm/src MergeBroadcastJoin) writes that join as a right outer join with the
+    batch broadcast plus the batch's unmatched rows, so the rewritten files keep the key order they had. Rows,
+    change feed and Delta's counts are those of the merge without the rule, a NULL key included, and Delta
+    counts the batch once (no warning that its source changed between passes). A batch too large to broadcast
+    keeps the shuffle."""
+    enabled, log = "spark.ingest.mergeBroadcastJoin.enabled", Path(spark_server.log)  # the rule's switch
+    base = [(k, "old", Decimal(10), False) for k in range(3000)]
+    batches = [[(k, f"u{k}", Decimal(20), False) for k in range(5, 3000, 37)]
+               + [(k, "new", Decimal(20), False) for k in range(3000, 3010)] + [(None, "null key", Decimal(20), False)],
+               [(k, f"w{k}", Decimal(30), False) for k in range(11, 3000, 41)] + [(None, "null again", Decimal(30), False)]]
+
+    def merged(name: str, rule: str) -> tuple[str, list[dict]]:
+        path = str(tmp_path / name)
+        ordered_merge(spark, path, spark.createDataFrame(base, SCHEMA), ["id"], {"kind": "silver"}, Txn(name, 0),
+                      file_rows=500)
+        metrics = []
+        spark.conf.set(enabled, rule)
+        try:
+            for i, batch in enumerate(batches, start=1):
+                ordered_merge(spark, path, spark.createDataFrame(batch, SCHEMA), ["id"], {"kind": "silver"},
+                              Txn(name, i), expected_rows=len(batch), file_rows=500)
+                metrics.append({k: v for k, v in last_commit(spark, path).metrics.items()
+                                if k.startswith("num") and "Bytes" not in k and "Files" not in k})
+        finally:
+            spark.conf.unset(enabled)
+        return path, metrics
+
+    def in_key_order(path: str) -> bool:
+        """Every data file of the table's current version holds its rows in key order (as Parquet stores them)."""
+        import pyarrow.parquet as pq
+
+        files = {r[0] for r in spark.read.format("delta").load(path).select("_metadata.file_path").collect()}
+        orders = [pq.read_table(f.removeprefix("file:"), columns=["id"]).column("id").to_pylist() for f in files]
+        return all(ids == sorted(ids, key=lambda k: (k is not None, k)) for ids in orders)
+
+    seen = log.stat().st_size
+    path, metrics = merged("broadcast", "true")
+    without, metrics_without = merged("shuffled", "false")
+    with log.open("rb") as f:
+        f.seek(seen)
+        assert "rows in second scan" not in f.read().decode("utf-8", "replace")
+    assert in_key_order(path)
+    assert not in_key_order(without)  # what the shuffle left: the rule is what keeps the order
+    assert metrics == metrics_without
+    assert metrics[0]["numTargetRowsUpdated"] == str(len(range(5, 3000, 37)))
+    assert metrics[0]["numTargetRowsInserted"] == "11" and metrics[1]["numTargetRowsUpdated"] == str(len(range(11, 3000, 41)) + 1)
+
+    def table(p: str) -> list[tuple]:
+        return sorted((tuple(r) for r in spark.read.format("delta").load(p).collect()), key=repr)
+
+    want = {k: "old" for k in range(3000)} | {k: "new" for k in range(3000, 3010)}
+    for batch in batches:
+        want |= {k: v for k, v, *_ in batch}
+    assert {r[0]: r[1] for r in table(path)} == want
+    assert table(path) == table(without)
+
+    def feed(p: str) -> list[tuple]:
+        rows = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(p)
+        return sorted((tuple(r) for r in rows.drop("_commit_timestamp").collect()), key=repr)
+
+    assert feed(path) == feed(without)
+
+    # a batch Spark would not broadcast (its estimated size above the threshold) keeps Delta's shuffled join
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        ordered_merge(spark, path, spark.createDataFrame([(7, "late", Decimal(40), False)], SCHEMA), ["id"],
+                      {"kind": "silver"}, Txn("broadcast", 3), expected_rows=1, file_rows=500)
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert not in_key_order(path)
+    assert {r[0]: r[1] for r in table(path)} == want | {7: "late"}

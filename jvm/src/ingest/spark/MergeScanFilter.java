@@ -13,10 +13,8 @@ import org.apache.spark.sql.catalyst.plans.logical.Filter;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.plans.logical.Project;
 import org.apache.spark.sql.catalyst.rules.Rule;
-import org.apache.spark.sql.internal.SQLConf;
 
 import scala.jdk.javaapi.CollectionConverters;
-import scala.runtime.AbstractPartialFunction;
 
 /**
  * Lets a Delta MERGE's first pass filter the target's rows in the Parquet reader.
@@ -43,25 +41,9 @@ public final class MergeScanFilter extends Rule<LogicalPlan> {
 
     @Override
     public LogicalPlan apply(LogicalPlan plan) {
-        if (!Boolean.parseBoolean(SQLConf.get().getConfString(ENABLED, "true"))) {
-            return plan;
-        }
-        try {
-            return plan.transformUp(new AbstractPartialFunction<LogicalPlan, LogicalPlan>() {
-                @Override
-                public boolean isDefinedAt(LogicalPlan node) {
-                    return node instanceof Filter f && f.child() instanceof Project p && onlyMergeTags(p);
-                }
-
-                @Override
-                public LogicalPlan apply(LogicalPlan node) {
-                    return isDefinedAt(node) ? pushBelow((Filter) node) : node;
-                }
-            });
-        } catch (LinkageError e) {
-            // built against another Spark than the server's: the plan as Spark made it, never a failed query
-            return plan;
-        }
+        return Rewrites.up(plan, ENABLED,
+                node -> node instanceof Filter f && f.child() instanceof Project p && onlyMergeTags(p),
+                node -> pushBelow((Filter) node));
     }
 
     static LogicalPlan pushBelow(Filter filter) {
