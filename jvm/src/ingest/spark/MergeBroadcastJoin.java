@@ -83,7 +83,7 @@ public final class MergeBroadcastJoin extends Rule<LogicalPlan> {
             return null;
         }
         LogicalPlan uncounted = uncounted(batch);
-        if (uncounted == null || !deterministic(uncounted) || !deterministic(target)) {
+        if (uncounted == null || !uncounted.deterministic() || !target.deterministic()) {
             return null;
         }
         HintInfo broadcast = new HintInfo(Option.apply(BROADCAST$.MODULE$));
@@ -135,8 +135,7 @@ public final class MergeBroadcastJoin extends Rule<LogicalPlan> {
                     public Expression apply(Expression e) {
                         if (e instanceof Alias a && a.name().equals(SOURCE_PRESENT) && !a.child().deterministic()) {
                             counted[0] = a.exprId();
-                            return alias(Literal.create(true, org.apache.spark.sql.types.DataTypes.BooleanType),
-                                    a.name(), fresh);
+                            return alias(Literal.TrueLiteral(), a.name(), fresh);
                         }
                         if (e instanceof AttributeReference r && counted[0] != null && r.exprId().equals(counted[0])) {
                             return r.withExprId(fresh);
@@ -158,20 +157,6 @@ public final class MergeBroadcastJoin extends Rule<LogicalPlan> {
             }
         }
         return new Project(CollectionConverters.asScala(read).toList(), plan);
-    }
-
-    static boolean deterministic(LogicalPlan plan) {
-        for (Expression e : CollectionConverters.asJava(plan.expressions())) {
-            if (!e.deterministic()) {
-                return false;
-            }
-        }
-        for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
-            if (!deterministic(child)) {
-                return false;
-            }
-        }
-        return true;
     }
 
     static boolean hasColumn(LogicalPlan plan, String name) {
