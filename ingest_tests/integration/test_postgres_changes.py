@@ -90,6 +90,80 @@ def test_batches_land_whole_transactions_keep_unsent_toast_values_and_follow_col
         assert plan_next_batch(third.end, None, third.end) is None
 
 
+def two_tables(conn, prefix: str, key_type: str):
+    """{prefix}_a (id, note, doc; row 1's doc TOASTed) and {prefix}_b (k of `key_type`, n), published by
+    {prefix}_pub, and a slot {prefix}_slot: where it starts."""
+    conn.execute(f"CREATE TABLE {prefix}_a (id int PRIMARY KEY, note text, doc text)")
+    conn.execute(f"CREATE TABLE {prefix}_b (k {key_type} PRIMARY KEY, n int)")
+    conn.execute(f"INSERT INTO {prefix}_a VALUES (1, 'a', %s)", (secrets.token_hex(20_000),))
+    conn.execute(f"CREATE PUBLICATION {prefix}_pub FOR TABLE {prefix}_a, {prefix}_b")
+    conn.execute(f"SELECT pg_create_logical_replication_slot('{prefix}_slot', 'pgoutput')")
+    return slot_state(conn, "shop", f"{prefix}_slot").confirmed
+
+
+def test_a_large_batch_is_planned_from_the_first_change_of_each_run_and_plans_as_every_message_does(pg):
+    """A batch the executors read is planned from what the server leaves of it (slot.peek_runs: the first
+    of each run of a table's row changes, and the UPDATEs that sent an old key or may have left a TOASTed
+    value unsent), and the plan is the one every message gives: transactions, commit times, relations,
+    TRUNCATE places and unsent values. A TRUNCATE after its table's changes in one transaction is placed
+    from every message."""
+    from contextlib import closing
+
+    from ingest.sources.postgres.cdc import RelationContracts, plan_large_batch
+    from ingest.sources.postgres.changes import KeyMoves
+    from ingest.sources.postgres.pgoutput import PlacesUnknown, plan_batch
+    from ingest.sources.postgres.positions import LsnRange, decode_pos
+    from ingest.sources.postgres.slot import peek, peek_runs
+
+    def plans(conn, batch):
+        contracts = RelationContracts(conn)
+        every = plan_batch(peek(conn, "runs_slot", "runs_pub", batch.end), batch, tables,
+                           KeyMoves(contracts, contracts.primary_key))
+        return every, plan_large_batch(conn, "runs_slot", "runs_pub", batch, tables, contracts)
+
+    def same(every, runs):
+        assert (runs.transactions, runs.newest, runs.newest_of, runs.oldest_of, runs.truncates, runs.unchanged) == (
+            every.transactions, every.newest, every.newest_of, every.oldest_of, every.truncates, every.unchanged)
+        assert [r.columns for r in runs.relations.values()] == [r.columns for r in every.relations.values()]
+
+    tables = {"public.runs_a", "public.runs_b"}
+    with pg.connect() as conn:
+        start = two_tables(conn, "runs", "int")
+        with conn.transaction():  # runs of both tables, interleaved
+            conn.execute("INSERT INTO runs_a SELECT g, 'x' || g, NULL FROM generate_series(2, 2000) g")
+            conn.execute("INSERT INTO runs_b SELECT g, g FROM generate_series(1, 2000) g")
+            conn.execute("UPDATE runs_a SET note = 'y' WHERE id BETWEEN 2 AND 1000")
+            conn.execute("UPDATE runs_b SET k = -k WHERE k <= 3")  # new keys: a delete and an insert each
+            conn.execute("DELETE FROM runs_a WHERE id > 1500")
+        conn.execute("UPDATE runs_a SET note = 'z' WHERE id = 1")  # doc not sent
+        conn.execute("ALTER TABLE runs_b ADD COLUMN m int")
+        conn.execute("INSERT INTO runs_b SELECT g, g, g FROM generate_series(3000, 3500) g")
+        conn.execute("TRUNCATE runs_b")  # alone in its transaction: placed first
+        batch = LsnRange(start, slot_state(conn, "shop", "runs_slot").head)
+        every, runs = plans(conn, batch)
+        same(every, runs)
+        assert runs.unchanged == {"public.runs_a"} and len(runs.truncates["public.runs_b"]) == 1
+        assert runs.transactions == 4  # the ALTER is none
+        assert [[c.name for c in r.columns] for r in runs.relations.values() if r.name == "runs_b"][-1] == ["k", "n", "m"]
+        kept = sum(1 for _ in peek_runs(conn, "runs_slot", "runs_pub", batch.end))
+        assert kept < sum(1 for _ in peek(conn, "runs_slot", "runs_pub", batch.end)) / 100
+
+        confirm(conn, "shop", "runs_slot", batch.end)
+        with conn.transaction():
+            conn.execute("INSERT INTO runs_b SELECT g, g FROM generate_series(1, 50) g")
+            conn.execute("TRUNCATE runs_b")
+            conn.execute("INSERT INTO runs_b VALUES (1, 1)")
+        second = LsnRange(batch.end, slot_state(conn, "shop", "runs_slot").head)
+        contracts = RelationContracts(conn)
+        with closing(peek_runs(conn, "runs_slot", "runs_pub", second.end)) as messages, pytest.raises(PlacesUnknown):
+            plan_batch(messages, second, tables, KeyMoves(contracts, contracts.primary_key), runs=True)
+        every, runs = plans(conn, second)
+        same(every, runs)
+        (truncate,) = runs.truncates["public.runs_b"]
+        assert decode_pos(truncate)[1] == 51  # after the transaction's 50 inserts
+        conn.execute("SELECT pg_drop_replication_slot('runs_slot')")
+
+
 def test_a_dropped_or_invalidated_slot_stops_the_batch_naming_the_slot_and_the_fix(pg):
     from ingest.localdev.postgres import PostgresServer
     from ingest.sources.postgres.positions import Lsn, LsnRange
@@ -178,12 +252,7 @@ def test_a_batch_too_large_for_the_run_lands_in_bronze_as_the_run_would_land_it(
 
     params = PgParams(pg.host, pg.port, pg.user, pg.password, "postgres")
     with pg.connect() as conn:
-        conn.execute("CREATE TABLE big_a (id int PRIMARY KEY, note text, doc text)")
-        conn.execute("CREATE TABLE big_b (k text PRIMARY KEY, n int)")
-        conn.execute("INSERT INTO big_a VALUES (1, 'a', %s)", (secrets.token_hex(20_000),))  # TOASTed
-        conn.execute("CREATE PUBLICATION big_pub FOR TABLE big_a, big_b")
-        conn.execute("SELECT pg_create_logical_replication_slot('big_slot', 'pgoutput')")
-        start = slot_state(conn, "shop", "big_slot").confirmed
+        start = two_tables(conn, "big", "text")
         try:
             with conn.transaction():  # both tables in one transaction: a table's places count its own changes
                 conn.execute("INSERT INTO big_b SELECT 'k' || g, g FROM generate_series(1, 3000) g")

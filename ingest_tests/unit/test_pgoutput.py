@@ -1,5 +1,6 @@
 """pgoutput decoding and LSN positions (pure); the messages are built here to the protocol's spec."""
 
+import dataclasses
 import datetime as dt
 import struct
 
@@ -315,7 +316,7 @@ def test_a_batch_plan_puts_each_truncate_where_placing_every_change_does_and_see
     transactions of an earlier batch still in the slot, and after the batch's end, left out."""
     from ingest.changes import ChangeOp
     from ingest.sources.postgres.changes import KeyMoves, placed_changes
-    from ingest.sources.postgres.pgoutput import BatchPlan, changes, plan_batch
+    from ingest.sources.postgres.pgoutput import BatchPlan, PlacesUnknown, changes, plan_batch
     from ingest.sources.postgres.types import column_type
 
     tid, oid2 = struct.pack("!I", 1), struct.pack("!I", 2)
@@ -357,6 +358,13 @@ def test_a_batch_plan_puts_each_truncate_where_placing_every_change_does_and_see
     assert plan_batch(toasted, batch, {"public.t"}, KeyMoves(types, key)).unchanged == {"public.t"}
     assert plan_batch(toasted, batch, {"public.other"}, KeyMoves(types, key)).unchanged == set()
     assert plan_batch([], batch, {"public.t"}, KeyMoves(types, key)) == BatchPlan()
+    # from slot.peek_runs' messages a TRUNCATE after its table's changes cannot be placed; any other can
+    with pytest.raises(PlacesUnknown, match="public.t"):
+        plan_batch(stream, batch, {"public.t"}, KeyMoves(types, key), runs=True)
+    later = LsnRange(Lsn(0x600), Lsn(0x800))
+    with_runs, every = (plan_batch(stream, later, {"public.other"}, KeyMoves(types, key), runs=r) for r in (True, False))
+    assert list(with_runs.relations.values()) == list(every.relations.values()) and with_runs.newest_of
+    assert dataclasses.replace(with_runs, relations={}) == dataclasses.replace(every, relations={})
     for broken in (stream[:2] + [b"I" + tid + b"N" + tup("1", "a")],  # outside a transaction
                    [stream[1], begin(0x500, 9), b"I" + tid + b"N" + tup("1")],  # relation 1 never described
                    stream[:7] + [b"U" + tid + b"N" + b"\x00\x02t\x00\x00\x00\x09ab"],  # a value past the end

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection
+from contextlib import closing
 from dataclasses import dataclass
 
 from ingest.changes import SourceBatch, TableChanges
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.changes import KeyMoves, change_columns, change_records
-from ingest.sources.postgres.pgoutput import BatchPlan, Relation, changes, plan_batch, table_name
+from ingest.sources.postgres.pgoutput import BatchPlan, PlacesUnknown, Relation, changes, plan_batch, table_name
 from ingest.sources.postgres.positions import Lsn, LsnRange
 from ingest.sources.postgres.schema import types_of
-from ingest.sources.postgres.slot import advance, peek, reading_copy
+from ingest.sources.postgres.slot import advance, peek, peek_runs, reading_copy
 
 
 class SlotLost(RuntimeError):
@@ -112,8 +113,7 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
     wanted = set(tables)
     sliced = executor_min_bytes is not None and batch.end.value - batch.start.value >= executor_min_bytes
     if sliced:  # planned as it streams by: where its TRUNCATEs are and when its transactions committed
-        plan = plan_batch(peek(conn, slot, publication, batch.end), batch, wanted,
-                          KeyMoves(contracts, contracts.primary_key))
+        plan = plan_large_batch(conn, slot, publication, batch, wanted, contracts)
         records: dict[str, list] = {name: [] for name in plan.newest_of}
     else:
         plan, records = BatchPlan(), {}
@@ -143,6 +143,19 @@ def read_change_batch(conn, source: str, slot: str, publication: str, batch: Lsn
              "read_on_executors": sliced,
              **({} if state.safe_wal_bytes is None else {"safe_wal_bytes": state.safe_wal_bytes})}
     return SourceBatch(batch.key, per_table, positions, extra)
+
+
+def plan_large_batch(conn, slot: str, publication: str, batch: LsnRange, tables: Collection[str],
+                     contracts: RelationContracts) -> BatchPlan:
+    """The plan of a batch the executors read (pgoutput.plan_batch), from the messages the server leaves
+    after dropping the row changes that cannot change it (slot.peek_runs), or from every message where
+    that cannot place a TRUNCATE: one after other changes of its table in its transaction."""
+    with closing(peek_runs(conn, slot, publication, batch.end)) as messages:  # its cursor goes before the next
+        try:
+            return plan_batch(messages, batch, tables, KeyMoves(contracts, contracts.primary_key), runs=True)
+        except PlacesUnknown:
+            pass
+    return plan_batch(peek(conn, slot, publication, batch.end), batch, tables, KeyMoves(contracts, contracts.primary_key))
 
 
 def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,

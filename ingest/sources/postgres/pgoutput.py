@@ -74,14 +74,16 @@ class Commit:
     commit_time: dt.datetime
 
 
-@dataclass(frozen=True)
+# the row changes are not frozen: one is built for every change, and a frozen dataclass's __init__ took
+# a third of decode's time beyond the values
+@dataclass(slots=True)
 class Insert:
     relation: int
     new: tuple[Any, ...] | None
     """None: left undecoded (decode's `rows`)."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Update:
     relation: int
     new: tuple[Any, ...]
@@ -89,7 +91,7 @@ class Update:
     """The old key ('K', when the key changed) or old row ('O', REPLICA IDENTITY FULL); else None."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Delete:
     relation: int
     old: tuple[Any, ...] | None
@@ -111,6 +113,7 @@ class Skipped:
 
 
 Message = Begin | Commit | Relation | TypeInfo | Insert | Update | Delete | Truncate | Skipped
+_ROW_TYPES = frozenset((Insert, Update, Delete))
 
 
 _STRUCTS: dict[str, struct.Struct] = {}
@@ -310,7 +313,14 @@ def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, ta
                 raise ProtocolError("a row change outside a transaction")
             continue
         message = decode(data)
-        if isinstance(message, Relation):
+        if type(message) in _ROW_TYPES:  # the most of any stream: asked first
+            if begin is None:
+                raise ProtocolError(f"a {type(message).__name__} outside a transaction")
+            relation = relations.get(message.relation)
+            if relation is None:
+                raise ProtocolError(f"a change to relation {message.relation}, which no RELATION message described")
+            yield begin, relation, message
+        elif isinstance(message, Relation):
             relations[message.oid] = message
             if tables is not None and table_name(message) not in tables:
                 others.add(message.oid)
@@ -327,11 +337,10 @@ def _events(messages: Iterable[bytes], relations: dict[int, Relation] | None, ta
                 raise ProtocolError(f"COMMIT at {message.commit_lsn} without a BEGIN")
             begin, theirs = None, False
             yield message
-        elif isinstance(message, (Insert, Update, Delete, Truncate)):
+        elif isinstance(message, Truncate):
             if begin is None:
                 raise ProtocolError(f"a {type(message).__name__} outside a transaction")
-            oids = message.relations if isinstance(message, Truncate) else (message.relation,)
-            for oid in oids:
+            for oid in message.relations:
                 if oid not in relations:
                     raise ProtocolError(f"a change to relation {oid}, which no RELATION message described")
                 yield begin, relations[oid], message
@@ -358,11 +367,18 @@ class BatchPlan:
     """Tables an UPDATE of which did not send a TOASTed value it left as it was."""
 
 
+class PlacesUnknown(Exception):
+    """A TRUNCATE came after changes of its table in its transaction, and the plan's messages left some of
+    those out (plan_batch's `runs`): its place needs every change."""
+
+
 def plan_batch(messages: Iterable[bytes], batch: LsnRange, tables: Collection[str],
-               moved: Callable[[Relation, Update], bool]) -> BatchPlan:
+               moved: Callable[[Relation, Update], bool], runs: bool = False) -> BatchPlan:
     """The plan of the transactions committing in `batch` among `messages` (a peek's, which may begin
     with transactions of an earlier batch the slot still holds) for `tables` (schema.table): where
     placing every change (changes.placed_changes) puts each TRUNCATE, and the rest of BatchPlan.
+    `runs`: the messages are slot.peek_runs' (the first change of each run); PlacesUnknown when a
+    TRUNCATE's place then cannot be told.
 
     A large batch streams by here once a run, so this is one flat loop that looks at each change's
     header and decodes only what can move a place: an UPDATE that sent its old key, which `moved` tells
@@ -420,6 +436,8 @@ def plan_batch(messages: Iterable[bytes], batch: LsnRange, tables: Collection[st
                     elif name not in plan.unchanged and UNCHANGED in _tuple(data, 6, decoded=False)[0]:
                         plan.unchanged.add(name)
                 elif kind == _TRUNCATE:
+                    if runs and place:
+                        raise PlacesUnknown(name)
                     plan.truncates.setdefault(name, []).append(begin.final_lsn.row_pos(place + 1))
                 places[name] = place + 1
         elif kind == _BEGIN:
