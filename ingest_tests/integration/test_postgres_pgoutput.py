@@ -97,7 +97,7 @@ def stream_column_values(messages, columns, contracts) -> list[tuple]:
     from ingest.sources.postgres.types import column_array
 
     schema = arrow_schema(columns, contracts)
-    (chunk,) = change_columns(changes(messages), "public.golden", columns, lambda _rel: contracts)
+    (chunk,) = change_columns(changes(messages, sent=True), "public.golden", columns, lambda _rel: contracts)
     arrays = [column_array(ct, texts, schema.field(i).type).to_pylist()
               for i, (ct, texts) in enumerate(zip(chunk.types, chunk.columns()))]
     return sorted(zip(*arrays), key=lambda r: r[0])

@@ -234,23 +234,45 @@ def test_change_columns_hold_what_change_records_give_column_by_column():
     key = lambda rel: ["id"]  # noqa: E731
     records = list(change_records(changes(stream), {"public.t"}, types, primary_key=key))
     names = ["n", "id", "doc", "gone"]  # bronze's order, and a column no change has
-    chunks = list(change_columns(changes(stream), "public.t", names, types, key, size=2))
-    assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]  # the first 6 changes, then the second RELATION's 4
-    assert [c.types[3] for c in chunks] == [None] * 5 and chunks[0].types[0] is None and chunks[-1].types[0]
-    got = []
-    for c in chunks:
-        values = [[v if t is None or v is None or t.convert is None else t.convert(v) for v in col]
-                  for t, col in zip(c.types, c.columns())]
-        got += [(op, pos, ts, xid, dict(zip(names, row)), before, unsent)
-                for op, pos, ts, xid, before, unsent, *row in zip(c.ops, c.positions, c.committed_at, c.txids,
-                                                                  c.befores, c.unchanged, *values)]
     expected = [(r.op.value, r.pos, r.committed_at, r.txid,
                  {n: None if r.row.get(n) is UNCHANGED else r.row.get(n) for n in names},
                  image_json(r.before), [n for n, v in r.row.items() if v is UNCHANGED] or None) for r in records]
-    assert got == expected
+    for sent in (True, False):  # rows as sent, decoded a column at a time, or decoded first and sent again
+        chunks = list(change_columns(changes(stream, sent=sent), "public.t", names, types, key, size=2))
+        assert [len(c) for c in chunks] == [2, 2, 2, 2, 2]  # the first 6 changes, then the second RELATION's 4
+        assert [c.types[3] for c in chunks] == [None] * 5 and chunks[0].types[0] is None and chunks[-1].types[0]
+        got = []
+        for c in chunks:
+            values = [[v if t is None or v is None or t.convert is None else t.convert(v) for v in col.to_pylist()]
+                      for t, col in zip(c.types, c.columns())]
+            got += [(op, pos, ts, xid, dict(zip(names, row)), before, unsent)
+                    for op, pos, ts, xid, before, unsent, *row in zip(c.ops, c.positions, c.committed_at, c.txids,
+                                                                      c.befores, c.unchanged, *values)]
+        assert got == expected
     assert [g[0] for g in got] == ["insert", "update", "delete", "insert", "delete", "truncate", "insert", "update",
                                    "delete", "insert"]
     assert got[1][6] == ["doc"] and got[7][5] == image_json({"id": 3, "doc": "c", "n": 7})
+
+
+def test_rows_as_sent_decode_a_column_at_a_time_into_the_values_one_at_a_time_gives_and_refuse_broken_ones():
+    """sent_columns (an executor's chunk, every row at once) against _tuple (a value at a time): NULLs,
+    unsent TOASTed values, empty and multi-byte text, rows at an offset in their message; a row past its
+    message's end, an unknown kind, the wrong number of values and text that is not UTF-8 refused."""
+    from ingest.sources.postgres.pgoutput import Sent, _tuple, resent, sent_columns
+
+    rows = [("1", "a", None), ("2", "", UNCHANGED), ("3", "ünïcødé 雪", "x" * 70_000), (None, None, None)]
+    sent = [Sent(b"U\x00\x00\x00\x01N" + tup(*r), 6) for r in rows[:2]] + [resent(r) for r in rows[2:]]
+    columns, unsent = sent_columns(sent, 3, "public.t")
+    decoded = [_tuple(s.data, s.at)[0] for s in sent]
+    assert decoded == rows
+    assert [c.to_pylist() for c in columns] == [[None if v is UNCHANGED else v for v in col] for col in zip(*rows)]
+    assert unsent.tolist() == [[v is UNCHANGED for v in r] for r in rows]
+    assert [len(c) for c in sent_columns([], 3, "public.t")[0]] == [0, 0, 0]
+    for broken, width, error in ((tup("1", "a")[:-1], 2, ProtocolError), (tup("1", "a")[:4], 2, ProtocolError),
+                                 (tup("1"), 2, ValueError), (b"\x00\x01x", 1, ProtocolError),
+                                 (b"\x00\x01t\x00\x00\x00\x02\xff\xfe", 1, ProtocolError)):
+        with pytest.raises(error):
+            sent_columns([Sent(tup(*["9"] * width), 0), Sent(broken, 0)], width, "public.t")
 
 
 def test_readers_sharing_a_stream_take_each_transaction_once_by_its_id_and_pass_over_the_others_undecoded():

@@ -159,11 +159,11 @@ def plan_large_batch(conn, slot: str, publication: str, batch: LsnRange, tables:
 
 
 def batch_changes(conn, slot: str, publication: str, batch: LsnRange, relations: dict[int, Relation] | None = None,
-                  tables: Collection[str] | None = None, share: tuple[int, int] | None = None):
+                  tables: Collection[str] | None = None, share: tuple[int, int] | None = None, sent: bool = False):
     """The row changes of the transactions committed in the batch's range, as they stream from the slot
-    (pgoutput.changes; `tables`: only theirs; `share`: see pgoutput.changes), without consuming."""
+    (pgoutput.changes; `tables`: only theirs; `share`, `sent`: see pgoutput.changes), without consuming."""
     last = inside = None
-    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, share):
+    for begin, relation, change in changes(peek(conn, slot, publication, batch.end), relations, tables, share, sent):
         if begin is not last:
             last, inside = begin, batch.holds(begin.final_lsn)
         if inside:  # else an earlier batch's, still in the slot
@@ -181,20 +181,20 @@ def table_changes(conn, source: str, slot: str, publication: str, batch: LsnRang
 def table_change_columns(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
                          names: list[str], size: int, share: tuple[int, int] | None = None):
     """The same changes as table_changes, as changes.TextChanges of at most `size` over the columns `names`."""
-    stream, contracts = table_stream(conn, source, slot, publication, batch, table, share)
+    stream, contracts = table_stream(conn, source, slot, publication, batch, table, share, sent=True)
     return change_columns(stream, table, names, contracts, contracts.primary_key, size)
 
 
 def table_stream(conn, source: str, slot: str, publication: str, batch: LsnRange, table: str,
-                 share: tuple[int, int] | None = None):
+                 share: tuple[int, int] | None = None, sent: bool = False):
     """The table's changes in the batch as they stream from the slot, and the relations' contracts.
     `share` (k, n): only reader k's of n (pgoutput.changes); every reader but the first reads a temporary
-    copy of the slot, as the server lets one session at a time use a slot."""
+    copy of the slot, as the server lets one session at a time use a slot. `sent`: see pgoutput.changes."""
     check_readable(source, slot_state(conn, source, slot), batch)
     if share is not None and share[0] > 0:
         slot = reading_copy(conn, source, slot)
         check_readable(source, slot_state(conn, source, slot), batch)  # a confirm between the two
-    return batch_changes(conn, slot, publication, batch, tables={table}, share=share), RelationContracts(conn)
+    return batch_changes(conn, slot, publication, batch, tables={table}, share=share, sent=sent), RelationContracts(conn)
 
 
 def confirm(conn, source: str, slot: str, end: Lsn) -> None:

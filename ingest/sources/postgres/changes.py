@@ -18,7 +18,7 @@ from ingest.changes import ChangeOp, ChangeRecord
 from ingest.images import image_json
 from ingest.sources.contract import ColumnType
 from ingest.sources.postgres.pgoutput import (
-    UNCHANGED, Begin, Change, Delete, Insert, Relation, Update, table_name,
+    UNCHANGED, Begin, Change, Delete, Insert, Relation, Sent, Update, resent, sent_columns, table_name,
 )
 
 
@@ -110,70 +110,84 @@ def image(relation: Relation, types: Sequence[ColumnType], values: Sequence[Any]
 class TextChanges:
     """Changes of one table in columns: what change_records gives as records, with each column's values
     in the server's text and the contract that converts them. An executor converts a whole column at a
-    time (types.column_array, mostly Arrow's casts); converting value by value and building a record and
-    a dict per change were most of its time."""
+    time (types.column_array, mostly Arrow's casts), and decodes the rows as sent a column at a time
+    (pgoutput.sent_columns); converting value by value and building a record and a dict per change were
+    most of its time."""
 
+    table: str
     names: Sequence[str]
     """The columns, in the caller's order (bronze's)."""
     types: list[ColumnType | None]
     """Each column's contract; None: the table has no such column in these changes (all NULL)."""
-    rows: list[tuple] = field(default_factory=list)
-    """Each change's values in its relation's column order (UNCHANGED: None here, named in `unchanged`)."""
+    relation_columns: Sequence[str] = ()
+    """The relation's columns, in its order: each row's values."""
+    rows: list[Sent] = field(default_factory=list)
+    """Each change's values as sent (a TRUNCATE's all NULL)."""
     ops: list[str] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     committed_at: list[Any] = field(default_factory=list)
     txids: list[str] = field(default_factory=list)
     befores: list[str | None] = field(default_factory=list)
     """The image before an update as JSON (images.image_json), else None."""
-    unchanged: list[list[str] | None] = field(default_factory=list)
-    """The columns a change did not send (TOASTed values it left as they were), else None."""
     layout: list[int | None] = field(default_factory=list)
     """Where each of `names` is in a row (None: not in the relation)."""
+    _decoded: tuple | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ops)
 
-    def columns(self) -> list[Sequence[str | None]]:
-        """Each of `names`' values, in change order."""
-        n = len(self.rows)
-        spread = list(zip(*self.rows)) if n else []
-        return [[None] * n if at is None or not spread else spread[at] for at in self.layout]
+    def _decode(self) -> tuple:
+        if self._decoded is None:
+            self._decoded = sent_columns(self.rows, len(self.relation_columns), self.table)
+        return self._decoded
+
+    def columns(self) -> list[Any]:
+        """Each of `names`' values in change order, an Arrow string array (all NULL: not in the relation)."""
+        import pyarrow as pa
+
+        decoded = self._decode()[0]
+        return [pa.nulls(len(self), pa.string()) if at is None else decoded[at] for at in self.layout]
+
+    @property
+    def unchanged(self) -> list[list[str] | None]:
+        """Each change's columns it did not send (TOASTed values it left as they were), else None."""
+        import numpy as np
+
+        unsent = self._decode()[1]
+        out: list[list[str] | None] = [None] * len(self)
+        for row in np.flatnonzero(unsent.any(axis=1)):
+            if self.ops[row] != ChangeOp.DELETE.value:  # an update's (or a key move's new row)
+                out[row] = [self.relation_columns[j] for j in np.flatnonzero(unsent[row])]
+        return out
 
 
 def change_columns(changes: Iterable[tuple[Begin, Relation, Change]], table: str, names: Sequence[str],
                    contracts: Callable[[Relation], Sequence[ColumnType]],
                    primary_key: Callable[[Relation], Sequence[str]] | None = None,
                    size: int = 10_000) -> Iterator[TextChanges]:
-    """The changes to `table` among `changes`, `size` at most, as TextChanges over the columns `names`:
-    the same changes, positions and images as change_records gives for it, in the same order. A new
-    TextChanges starts where the table's RELATION changes (a column added or dropped mid-batch)."""
+    """The changes to `table` among `changes` (best decoded with pgoutput.changes' `sent`), `size` at most,
+    as TextChanges over the columns `names`: the same changes, positions and images as change_records gives
+    for it, in the same order. A new TextChanges starts where the table's RELATION changes (a column added
+    or dropped mid-batch)."""
     out: TextChanges | None = None
     relation = None
     for begin, rel, place, op, values, before in placed_changes(changes, {table}, contracts, primary_key):
         new_relation = rel is not relation
         if new_relation:
             relation, types = rel, contracts(rel)
-            width, blank = len(rel.columns), (None,) * len(rel.columns)
+            blank = resent((None,) * len(rel.columns))
             where = {c.name: i for i, c in enumerate(rel.columns)}
             layout = [where.get(n) for n in names]
-        if out is None or new_relation or len(out) >= size:
+        if out is None or new_relation or len(out.ops) >= size:
             if out:
                 yield out
-            out = TextChanges(names, [None if i is None else types[i] for i in layout], layout=layout)
-        unchanged = None
-        if values is None:
-            values = blank
-        elif len(values) != width:
-            raise ValueError(f"{table}: a tuple of {len(values)} values for {width} columns")
-        elif op is not ChangeOp.DELETE and UNCHANGED in values:  # an update's (or a key move's new row)
-            unchanged = [c.name for c, v in zip(rel.columns, values) if v is UNCHANGED]
-            values = tuple(None if v is UNCHANGED else v for v in values)
-        out.rows.append(values)
+            out = TextChanges(table, names, [None if i is None else types[i] for i in layout],
+                              [c.name for c in rel.columns], layout=layout)
+        out.rows.append(blank if values is None else values if type(values) is Sent else resent(values))
         out.ops.append(op.value)
         out.positions.append(begin.final_lsn.row_pos(place))
         out.committed_at.append(begin.commit_time)
         out.txids.append(str(begin.xid))
         out.befores.append(None if before is None else image_json(image(rel, types, before)))
-        out.unchanged.append(unchanged)
     if out:
         yield out

@@ -231,7 +231,10 @@ def column_array(ctype, texts, arrow_type):
 
     from ingest.sources.contract import convert_column
 
-    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else pa.array(texts, pa.string())
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks()
+    elif not isinstance(texts, pa.Array):
+        texts = pa.array(texts, pa.string())
     if ctype.element is not None and (lists := array_lists(texts)) is not None:
         items = column_array(ctype.element, lists.values, arrow_type.value_type)
         return pa.ListArray.from_arrays(lists.offsets, items, type=arrow_type, mask=lists.is_null())
