@@ -131,7 +131,7 @@ class TextChanges:
     """The image before an update as JSON (images.image_json), else None."""
     layout: list[int | None] = field(default_factory=list)
     """Where each of `names` is in a row (None: not in the relation)."""
-    _decoded: tuple | None = field(default=None, repr=False, compare=False)
+    _decoded: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.ops)

@@ -301,9 +301,9 @@ def sent_columns(sent: Sequence[Sent], width: int, table: str) -> tuple[list[Any
         kind = buf[pos]
         sized = (kind == _TEXT) | (kind == _BINARY)
         unsent[:, j] = kind == _UNCHANGED
-        if not (sized | unsent[:, j] | (kind == _NULL)).all():
-            bad = kind[~(sized | unsent[:, j] | (kind == _NULL))][0]
-            raise ProtocolError(f"unknown tuple value kind {chr(bad)!r}")
+        known = sized | unsent[:, j] | (kind == _NULL)
+        if not known.all():
+            raise ProtocolError(f"unknown tuple value kind {chr(kind[~known][0])!r}")
         rows = np.flatnonzero(sized)
         at = pos[rows]
         if (at + 5 > ends[rows]).any():

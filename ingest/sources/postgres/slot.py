@@ -81,7 +81,7 @@ def peek_runs(conn, slot: str, publication: str, upto: Lsn, wait_seconds: float 
     """What peek gives, less the row changes a batch's plan has no use for, left out by the server: of each
     run of INSERTs, UPDATEs and DELETEs of one relation in a row only the first comes, and every UPDATE
     that sent an old key or row or may have left a TOASTed value unsent. The server decodes as much; the
-    plan of a batch of 445k-875k changes took 2.1-4.9 s from peek, 1.3-2.6 s from this
+    plan of a batch of 445k-875k changes took 3.1-5.7 s from peek, 2.0-2.9 s from this
     (docs/performance.md)."""
     return _peek(conn, slot, _PLAN_PEEK_SQL, (slot, str(upto), publication), wait_seconds)
 
