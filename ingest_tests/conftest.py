@@ -67,8 +67,12 @@ def spark_server(tmp_path_factory):
     # it (the serial collector 238 and 262 CPU-s). Not G1's marking (2.6 s of cycles in 152 s): its write
     # barriers and remembered sets, paid in the server's own threads on every allocation of the tests'
     # thousands of small queries. Pauses do not matter here. docs/performance.md has the figures.
+    # Half as eager a JIT (each tier's thresholds doubled): the tests' queries are thousands of short
+    # different plans, and the server spent 35 % of its CPU compiling them (C1 and C2 threads, 146 of
+    # 411 CPU-s in the spark tier). The spark tier, three rounds alternating: 247, 240, 265 s and 364,
+    # 353, 391 server CPU-s against 272, 256, 279 s and 411, 395, 415 (C1 alone: 313 s, 477 CPU-s).
     parallel = (*(o for o in HEAP_OPTIONS if "G1" not in o and "InitiatingHeapOccupancy" not in o),
-                "-XX:+UseParallelGC")
+                "-XX:+UseParallelGC", "-XX:CompileThresholdScaling=2")
     # It logs the predicate the Parquet reader filters each file by, which the production server keeps
     # quiet (connect.QUIET_LOGGERS): test_ordered_merge reads there which keys a merge pushed.
     state = start_local(folder, {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2",
