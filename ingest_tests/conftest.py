@@ -69,7 +69,7 @@ def spark_server(tmp_path_factory):
     # thousands of small queries. Pauses do not matter here. docs/performance.md has the figures.
     # Half as eager a JIT (each tier's thresholds doubled): the tests' queries are thousands of short
     # different plans, and the server spent 35 % of its CPU compiling them (C1 and C2 threads, 146 of
-    # 411 CPU-s in the spark tier). The spark tier, three rounds alternating: 247, 240, 265 s and 364,
+    # 415 CPU-s in the spark tier). The spark tier, three rounds alternating: 247, 240, 265 s and 364,
     # 353, 391 server CPU-s against 272, 256, 279 s and 411, 395, 415 (C1 alone: 313 s, 477 CPU-s).
     parallel = (*(o for o in HEAP_OPTIONS if "G1" not in o and "InitiatingHeapOccupancy" not in o),
                 "-XX:+UseParallelGC", "-XX:CompileThresholdScaling=2")
