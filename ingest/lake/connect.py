@@ -319,12 +319,63 @@ def configured_conf(environ=os.environ) -> dict[str, str]:
     return parse_properties(text, path)
 
 
+# Class data sharing: the server's JVM maps the classes an earlier server loaded, parsed and verified,
+# from an archive bin/setup makes (localdev/class_archive.py), instead of reading them from the jars
+# again. From a server's start to the end of its first small Delta write, read and MERGE: 32.4 and
+# 34.2 CPU-s and 18.5-19.4 s with it, 40.3-46.4 CPU-s and 23.3-27.4 s without (docs/performance.md,
+# thirty-sixth session). Every test module that starts a server, and a restart after a crash, pays
+# that much less. The JVM checks the archive against its own build and class path and runs without it
+# where either changed (a warning in server.out); the fingerprint in its name keeps one made for other
+# jars or another Java from being offered at all.
+CLASS_ARCHIVE_PREFIX = "server-classes-"
+
+
+def java_binary(environ=os.environ) -> Path:
+    """The java spark-submit runs: JAVA_HOME's, else the first on the PATH, links resolved."""
+    import shutil
+
+    found = (f"{environ['JAVA_HOME']}/bin/java" if environ.get("JAVA_HOME")
+             else shutil.which("java", path=environ.get("PATH")) or "java")
+    return Path(found).resolve()
+
+
+def class_archive(jar_folders: list[Path] | None = None, java: Path | None = None) -> Path:
+    """Where the server's class archive for this Java and these jars is, or would be: in the project's
+    jars folder, its name a fingerprint of the java binary and of every jar's name, size and time
+    (Spark's own and the project's, the server's whole class path)."""
+    import hashlib
+
+    import pyspark
+
+    from ingest.paths import jars_dir
+
+    folders = jar_folders or [Path(pyspark.__file__).parent / "jars", jars_dir()]
+    java = java or java_binary()
+    digest = hashlib.sha1()
+    for path in [java, *(j for folder in folders for j in sorted(Path(folder).glob("*.jar")))]:
+        stat = path.stat() if path.exists() else None
+        digest.update(f"{path}:{stat and stat.st_size}:{stat and stat.st_mtime_ns}\n".encode())
+    return Path(folders[-1]) / f"{CLASS_ARCHIVE_PREFIX}{digest.hexdigest()[:16]}.jsa"
+
+
+def with_class_archive(conf: dict[str, str], archive: Path | None) -> dict[str, str]:
+    """`conf` with the driver's JVM told to map `archive`, where there is one (pure)."""
+    if archive is None:
+        return conf
+    options = f"{conf.get('spark.driver.extraJavaOptions', '')} -XX:SharedArchiveFile={archive}".strip()
+    return {**conf, "spark.driver.extraJavaOptions": options}
+
+
 def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[str]:
+    """The embedded server's command line: the project's settings, `extra_conf` over them, and the class
+    archive bin/setup made for this Java and these jars where there is one."""
     import pyspark
 
     spark_home = Path(pyspark.__file__).parent
     conf = {**SERVER_CONF, "spark.pyspark.python": sys.executable, "spark.connect.grpc.binding.port": str(port),
             "spark.connect.grpc.binding.address": "127.0.0.1", **(extra_conf or {})}
+    archive = class_archive()
+    conf = with_class_archive(conf, archive if archive.exists() else None)
     master = conf.pop("spark.master", None) or os.environ.get("INGEST_SPARK_MASTER", "local[*]")
     cmd = [str(spark_home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--master", master, "--jars", ",".join(jars())]

@@ -80,3 +80,18 @@ def test_the_embedded_servers_log_rolls_over_keeping_the_newest_files(tmp_path):
     assert all(size // 2 < p.stat().st_size <= size + 8192 for p in rolled), [p.stat().st_size for p in rolled]
     assert b"INFO DAGScheduler: Job " in (folder / "server.log").read_bytes()
     assert (folder / SERVER_OUT).exists() and b"DAGScheduler" not in (folder / SERVER_OUT).read_bytes()
+
+
+def test_the_server_maps_the_class_archive_setup_made(spark_server):
+    """bin/setup made the class archive for this Java and these jars (localdev/class_archive.py), and the
+    tests' server, started with the tests' own JVM options, maps it rather than loading its classes from
+    the jars (a JVM that refused it would run without a word but a warning)."""
+    from pathlib import Path
+
+    from ingest.lake.connect import class_archive
+
+    archive = class_archive()
+    assert archive.exists(), f"{archive}: run bin/setup"
+    mapped = {line.split()[-1] for line in Path(f"/proc/{spark_server.pid}/maps").read_text().splitlines()
+              if line.endswith(".jsa")}
+    assert str(archive) in mapped, mapped

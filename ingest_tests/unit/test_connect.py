@@ -161,3 +161,41 @@ def test_a_jvms_thread_stack_is_read_from_its_options_as_the_jvm_reads_them():
     assert java_stack_bytes("-XX:ThreadStackSize=4096 -Xss1m") == 2**20  # the last one counts
     assert java_stack_bytes("-XX:ThreadStackSize=4k") == 4 * 2**20  # as `java -XX:+PrintFlagsFinal` shows
     assert java_stack_bytes(" ".join(HEAP_OPTIONS)) == THREAD_STACK_MIB * 2**20
+
+
+def test_the_class_archive_is_named_for_the_java_and_every_jar_so_a_change_to_either_names_another(tmp_path):
+    """lake/connect.py `class_archive`: a server offered an archive made for other jars or another Java
+    would run without it (the JVM refuses it), so such an archive is never offered."""
+    import os
+
+    from ingest.lake.connect import CLASS_ARCHIVE_PREFIX, class_archive
+
+    spark_jars, project_jars = tmp_path / "spark", tmp_path / "project"
+    for folder in (spark_jars, project_jars):
+        folder.mkdir()
+        (folder / "a.jar").write_bytes(b"a")
+    java, other_java = tmp_path / "java", tmp_path / "java17"
+    java.write_bytes(b"java")
+    other_java.write_bytes(b"java 17")
+    named = class_archive([spark_jars, project_jars], java)
+    assert named.parent == project_jars and named.name.startswith(CLASS_ARCHIVE_PREFIX) and named.suffix == ".jsa"
+    assert class_archive([spark_jars, project_jars], java) == named  # the same Java and jars: the same archive
+    assert class_archive([spark_jars, project_jars], other_java) != named
+    (spark_jars / "b.jar").write_bytes(b"b")
+    added = class_archive([spark_jars, project_jars], java)
+    assert added != named
+    os.utime(project_jars / "a.jar", ns=(1, 1))  # rebuilt: another time, the same size
+    assert class_archive([spark_jars, project_jars], java) not in (named, added)
+
+
+def test_the_local_server_maps_the_class_archive_setup_made_and_starts_without_one_where_there_is_none(
+        tmp_path, monkeypatch):
+    from ingest.lake.connect import class_archive, server_command
+
+    _, conf = local_server_command(tmp_path, monkeypatch, {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m"
+    archive = class_archive()
+    assert archive.parent == tmp_path / "jars"  # in the project's jars folder (INGEST_JARS_DIR here)
+    archive.write_bytes(b"")
+    cmd = server_command(15099, {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert f"spark.driver.extraJavaOptions=-Xss4m -XX:SharedArchiveFile={archive}" in cmd

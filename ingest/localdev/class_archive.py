@@ -1,0 +1,72 @@
+"""Make the embedded Spark server's class archive (lake/connect.py `class_archive`), once per Java and jars.
+
+A server started with `-XX:ArchiveClassesAtExit` does what every server does first (starts, writes a
+small Delta table, reads it, merges into it) and stops; at its exit the JVM writes the classes it
+loaded into the archive, which later servers map. bin/setup runs this; it is quick when the archive
+for this Java and these jars exists. A JVM that cannot write one (no base archive of its own) leaves
+none, and servers start as before.
+
+    python -m ingest.localdev.class_archive
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def warm_up(spark, folder: Path) -> None:
+    """What a server's first runs load: a Delta table written, read and merged into."""
+    table = str(folder / "table")
+    spark.range(1000).selectExpr("id", "CAST(id AS string) AS s", "CAST(id AS DECIMAL(38,0)) AS _pos") \
+        .write.format("delta").save(table)
+    spark.read.format("delta").load(table).where("id < 10").collect()
+    spark.sql(f"MERGE INTO delta.`{table}` t USING (SELECT 5L AS id, 'x' AS s, 6BD AS _pos) u ON t.id <=> u.id "
+              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+
+
+def make(log=print) -> Path | None:
+    """The archive for this Java and these jars, made if missing; None where the JVM made none."""
+    from ingest.lake import connect
+    from ingest.lake.spark import spark_session
+
+    archive = connect.class_archive()
+    if archive.exists():
+        return archive
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="ingest-class-archive-"))
+    options = f"{connect.SERVER_CONF['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={partial}"
+    try:
+        state = connect.start_local(folder / "spark", {"spark.driver.extraJavaOptions": options})
+        try:
+            spark = spark_session(state.url)
+            warm_up(spark, folder)
+            spark.stop()
+        finally:
+            # the JVM writes the archive as it exits (a few seconds for some 200 MiB): time enough for that
+            connect.stop_local(folder / "spark", timeout=300)
+        if not partial.exists():
+            log(f"no class archive: the JVM wrote none (see {folder / 'spark' / connect.SERVER_OUT}); "
+                "servers start without one")
+            return None
+        for stale in archive.parent.glob(f"{connect.CLASS_ARCHIVE_PREFIX}*.jsa"):
+            stale.unlink()
+        partial.rename(archive)
+        shutil.rmtree(folder, ignore_errors=True)
+        return archive
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def main() -> int:
+    made = make(lambda line: print(line, file=sys.stderr))
+    if made is not None:
+        print(made)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
