@@ -321,12 +321,12 @@ def configured_conf(environ=os.environ) -> dict[str, str]:
 
 # Class data sharing: the server's JVM maps the classes an earlier server loaded, parsed and verified,
 # from an archive bin/setup makes (localdev/class_archive.py), instead of reading them from the jars
-# again. From a server's start to the end of its first small Delta write, read and MERGE: 32.4 and
-# 34.2 CPU-s and 18.5-19.4 s with it, 40.3-46.4 CPU-s and 23.3-27.4 s without (docs/performance.md,
-# thirty-sixth session). Every test module that starts a server, and a restart after a crash, pays
-# that much less. The JVM checks the archive against its own build and class path and runs without it
-# where either changed (a warning in server.out); the fingerprint in its name keeps one made for other
-# jars or another Java from being offered at all.
+# again. From a server's start to the end of its first small Delta write, MERGE and count, three rounds
+# alternating: 43.6-51.9 CPU-s and 24.7-28.3 s with it, 50.7-68.2 CPU-s and 29.1-39.0 s without
+# (docs/performance.md, thirty-sixth session). Every test module that starts a server, and a restart
+# after a crash, pays that much less. The JVM checks the archive against its own build and class path
+# and runs without it where either changed (a warning in server.out); the fingerprint in its name keeps
+# one made for other jars or another Java from being offered at all.
 CLASS_ARCHIVE_PREFIX = "server-classes-"
 
 

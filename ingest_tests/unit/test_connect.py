@@ -188,7 +188,7 @@ def test_the_class_archive_is_named_for_the_java_and_every_jar_so_a_change_to_ei
     assert class_archive([spark_jars, project_jars], java) not in (named, added)
 
 
-def test_the_local_server_maps_the_class_archive_setup_made_and_starts_without_one_where_there_is_none(
+def test_the_local_server_is_given_the_class_archive_setup_made_and_none_where_there_is_none(
         tmp_path, monkeypatch):
     from ingest.lake.connect import class_archive, server_command
 
