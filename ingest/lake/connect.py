@@ -326,7 +326,9 @@ def configured_conf(environ=os.environ) -> dict[str, str]:
 # (docs/performance.md, thirty-sixth session). Every test module that starts a server, and a restart
 # after a crash, pays that much less. The JVM checks the archive against its own build and class path
 # and runs without it where either changed (a warning in server.out); the fingerprint in its name keeps
-# one made for other jars or another Java from being offered at all.
+# one made for other jars or another Java from being offered at all. An archive cut short is another
+# matter: the JVM maps it and dies of SIGBUS at start, so its name records its size, and one whose
+# size differs is not offered.
 CLASS_ARCHIVE_PREFIX = "server-classes-"
 
 
@@ -339,10 +341,10 @@ def java_binary(environ=os.environ) -> Path:
     return Path(found).resolve()
 
 
-def class_archive(jar_folders: list[Path] | None = None, java: Path | None = None) -> Path:
-    """Where the server's class archive for this Java and these jars is, or would be: in the project's
-    jars folder, its name a fingerprint of the java binary and of every jar's name, size and time
-    (Spark's own and the project's, the server's whole class path)."""
+def class_archive_stem(jar_folders: list[Path] | None = None, java: Path | None = None) -> Path:
+    """The class archive's folder and name for this Java and these jars, less its size: the project's
+    jars folder, and a fingerprint of the java binary and of every jar's name, size and time (Spark's
+    own and the project's, the server's whole class path)."""
     import hashlib
 
     import pyspark
@@ -355,7 +357,22 @@ def class_archive(jar_folders: list[Path] | None = None, java: Path | None = Non
     for path in [java, *(j for folder in folders for j in sorted(Path(folder).glob("*.jar")))]:
         stat = path.stat() if path.exists() else None
         digest.update(f"{path}:{stat and stat.st_size}:{stat and stat.st_mtime_ns}\n".encode())
-    return Path(folders[-1]) / f"{CLASS_ARCHIVE_PREFIX}{digest.hexdigest()[:16]}.jsa"
+    return Path(folders[-1]) / f"{CLASS_ARCHIVE_PREFIX}{digest.hexdigest()[:16]}"
+
+
+def class_archive_path(stem: Path, size: int) -> Path:
+    """The archive's file: its stem and its size in bytes (pure)."""
+    return stem.with_name(f"{stem.name}-{size}.jsa")
+
+
+def class_archive(jar_folders: list[Path] | None = None, java: Path | None = None) -> Path | None:
+    """The class archive made for this Java and these jars, whole (the size its name records); None
+    where there is none."""
+    stem = class_archive_stem(jar_folders, java)
+    for path in stem.parent.glob(f"{stem.name}-*.jsa"):
+        if path == class_archive_path(stem, path.stat().st_size):
+            return path
+    return None
 
 
 def with_class_archive(conf: dict[str, str], archive: Path | None) -> dict[str, str]:
@@ -374,8 +391,7 @@ def server_command(port: int, extra_conf: dict[str, str] | None = None) -> list[
     spark_home = Path(pyspark.__file__).parent
     conf = {**SERVER_CONF, "spark.pyspark.python": sys.executable, "spark.connect.grpc.binding.port": str(port),
             "spark.connect.grpc.binding.address": "127.0.0.1", **(extra_conf or {})}
-    archive = class_archive()
-    conf = with_class_archive(conf, archive if archive.exists() else None)
+    conf = with_class_archive(conf, class_archive())
     master = conf.pop("spark.master", None) or os.environ.get("INGEST_SPARK_MASTER", "local[*]")
     cmd = [str(spark_home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--master", master, "--jars", ",".join(jars())]

@@ -27,15 +27,28 @@ def warm_up(spark, folder: Path) -> None:
               "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
 
 
+def whole(archive: Path) -> bool:
+    """Whether a JVM can map `archive`: one cut short (a full disk, a dump cut off) kills the JVM that
+    maps it with SIGBUS, while a whole one that is not for this class path is only refused."""
+    import subprocess
+
+    from ingest.lake.connect import java_binary
+
+    run = subprocess.run([str(java_binary()), f"-XX:SharedArchiveFile={archive}", "-XX:-CreateCoredumpOnCrash",
+                          "-XX:ErrorFile=/dev/null", "-version"], capture_output=True)
+    return run.returncode == 0
+
+
 def make(log=print) -> Path | None:
     """The archive for this Java and these jars, made if missing; None where the JVM made none."""
     from ingest.lake import connect
     from ingest.lake.spark import spark_session
 
     archive = connect.class_archive()
-    if archive.exists():
+    if archive is not None:
         return archive
-    partial = archive.with_suffix(".partial")
+    stem = connect.class_archive_stem()
+    partial = stem.with_name(f"{stem.name}.partial")
     partial.unlink(missing_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="ingest-class-archive-"))
     options = f"{connect.SERVER_CONF['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={partial}"
@@ -48,12 +61,13 @@ def make(log=print) -> Path | None:
         finally:
             # the JVM writes the archive as it exits (a few seconds for some 200 MiB): time enough for that
             connect.stop_local(folder / "spark", timeout=300)
-        if not partial.exists():
-            log(f"no class archive: the JVM wrote none (see {folder / 'spark' / connect.SERVER_OUT}); "
-                "servers start without one")
+        if not partial.exists() or not whole(partial):
+            log(f"no class archive: the JVM wrote {'a damaged one' if partial.exists() else 'none'} (see "
+                f"{folder / 'spark' / connect.SERVER_OUT}); servers start without one")
             return None
-        for stale in archive.parent.glob(f"{connect.CLASS_ARCHIVE_PREFIX}*.jsa"):
+        for stale in stem.parent.glob(f"{connect.CLASS_ARCHIVE_PREFIX}*.jsa"):
             stale.unlink()
+        archive = connect.class_archive_path(stem, partial.stat().st_size)
         partial.rename(archive)
         shutil.rmtree(folder, ignore_errors=True)
         return archive

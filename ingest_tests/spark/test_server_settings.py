@@ -91,7 +91,21 @@ def test_the_server_maps_the_class_archive_setup_made(spark_server):
     from ingest.lake.connect import class_archive
 
     archive = class_archive()
-    assert archive.exists(), f"{archive}: run bin/setup"
+    assert archive is not None, "no class archive for this Java and these jars: run bin/setup"
     mapped = {line.split()[-1] for line in Path(f"/proc/{spark_server.pid}/maps").read_text().splitlines()
               if line.endswith(".jsa")}
     assert str(archive) in mapped, mapped
+
+
+def test_an_archive_cut_short_is_told_from_a_whole_one_before_it_is_kept(tmp_path):
+    """localdev/class_archive.py keeps what the JVM wrote only if a JVM can map it: one cut short (a full
+    disk) would kill every server that maps it with SIGBUS at its start."""
+    from ingest.lake.connect import class_archive
+    from ingest.localdev.class_archive import whole
+
+    archive = class_archive()
+    assert archive is not None, "no class archive for this Java and these jars: run bin/setup"
+    cut = tmp_path / "cut.jsa"
+    with open(archive, "rb") as src:
+        cut.write_bytes(src.read(archive.stat().st_size // 2))
+    assert whole(archive) and not whole(cut)

@@ -164,11 +164,11 @@ def test_a_jvms_thread_stack_is_read_from_its_options_as_the_jvm_reads_them():
 
 
 def test_the_class_archive_is_named_for_the_java_and_every_jar_so_a_change_to_either_names_another(tmp_path):
-    """lake/connect.py `class_archive`: a server offered an archive made for other jars or another Java
-    would run without it (the JVM refuses it), so such an archive is never offered."""
+    """lake/connect.py `class_archive_stem`: a server offered an archive made for other jars or another
+    Java would run without it (the JVM refuses it), so such an archive is never offered."""
     import os
 
-    from ingest.lake.connect import CLASS_ARCHIVE_PREFIX, class_archive
+    from ingest.lake.connect import CLASS_ARCHIVE_PREFIX, class_archive_stem
 
     spark_jars, project_jars = tmp_path / "spark", tmp_path / "project"
     for folder in (spark_jars, project_jars):
@@ -177,25 +177,34 @@ def test_the_class_archive_is_named_for_the_java_and_every_jar_so_a_change_to_ei
     java, other_java = tmp_path / "java", tmp_path / "java17"
     java.write_bytes(b"java")
     other_java.write_bytes(b"java 17")
-    named = class_archive([spark_jars, project_jars], java)
-    assert named.parent == project_jars and named.name.startswith(CLASS_ARCHIVE_PREFIX) and named.suffix == ".jsa"
-    assert class_archive([spark_jars, project_jars], java) == named  # the same Java and jars: the same archive
-    assert class_archive([spark_jars, project_jars], other_java) != named
+    named = class_archive_stem([spark_jars, project_jars], java)
+    assert named.parent == project_jars and named.name.startswith(CLASS_ARCHIVE_PREFIX)
+    assert class_archive_stem([spark_jars, project_jars], java) == named  # the same Java and jars: the same
+    assert class_archive_stem([spark_jars, project_jars], other_java) != named
     (spark_jars / "b.jar").write_bytes(b"b")
-    added = class_archive([spark_jars, project_jars], java)
+    added = class_archive_stem([spark_jars, project_jars], java)
     assert added != named
     os.utime(project_jars / "a.jar", ns=(1, 1))  # rebuilt: another time, the same size
-    assert class_archive([spark_jars, project_jars], java) not in (named, added)
+    assert class_archive_stem([spark_jars, project_jars], java) not in (named, added)
 
 
-def test_the_local_server_is_given_the_class_archive_setup_made_and_none_where_there_is_none(
-        tmp_path, monkeypatch):
-    from ingest.lake.connect import class_archive, server_command
+def test_the_local_server_is_given_the_class_archive_setup_made_but_not_one_cut_short(tmp_path, monkeypatch):
+    """A JVM maps an archive cut short (a full disk when it was written, a partial copy) and dies of
+    SIGBUS at start: the name records the archive's size, and a file of another size is not offered."""
+    from ingest.lake.connect import class_archive, class_archive_path, class_archive_stem, server_command
 
     _, conf = local_server_command(tmp_path, monkeypatch, {"spark.driver.extraJavaOptions": "-Xss4m"})
-    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m"
-    archive = class_archive()
-    assert archive.parent == tmp_path / "jars"  # in the project's jars folder (INGEST_JARS_DIR here)
-    archive.write_bytes(b"")
+    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m" and class_archive() is None
+    stem = class_archive_stem()
+    assert stem.parent == tmp_path / "jars"  # in the project's jars folder (INGEST_JARS_DIR here)
+    cut_short = class_archive_path(stem, 10)
+    cut_short.write_bytes(b"12345")
+    assert class_archive() is None
     cmd = server_command(15099, {"spark.driver.extraJavaOptions": "-Xss4m"})
-    assert f"spark.driver.extraJavaOptions=-Xss4m -XX:SharedArchiveFile={archive}" in cmd
+    assert "spark.driver.extraJavaOptions=-Xss4m" in cmd
+    cut_short.unlink()
+    whole = class_archive_path(stem, 5)
+    whole.write_bytes(b"12345")
+    assert class_archive() == whole
+    cmd = server_command(15099, {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert f"spark.driver.extraJavaOptions=-Xss4m -XX:SharedArchiveFile={whole}" in cmd
