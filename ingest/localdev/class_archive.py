@@ -3,8 +3,8 @@
 A server started with `-XX:ArchiveClassesAtExit` does what every server does first (starts, writes a
 small Delta table, reads it, merges into it) and stops; at its exit the JVM writes the classes it
 loaded into the archive, which later servers map. bin/setup runs this; it is quick when the archive
-for this Java and these jars exists. A JVM that cannot write one (no base archive of its own) leaves
-none, and servers start as before.
+for this Java and these jars exists. Where the JVM writes none (it has no base archive of its own) or
+one that a JVM cannot map (cut short by a full disk), none is kept, and servers start as before.
 
     python -m ingest.localdev.class_archive
 """
@@ -40,7 +40,8 @@ def whole(archive: Path) -> bool:
 
 
 def make(log=print) -> Path | None:
-    """The archive for this Java and these jars, made if missing; None where the JVM made none."""
+    """The archive for this Java and these jars, made if missing; None where the JVM made none, or one
+    cut short."""
     from ingest.lake import connect
     from ingest.lake.spark import spark_session
 
