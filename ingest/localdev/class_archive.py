@@ -11,6 +11,7 @@ one that a JVM cannot map (cut short by a full disk), none is kept, and servers 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,21 @@ def whole(archive: Path) -> bool:
     return run.returncode == 0
 
 
+def remove_left_partials(folder: Path) -> list[Path]:
+    """Remove the archives being written in `folder` by processes that have ended (a set-up killed while
+    its server dumped, some 200 MiB each); one still being written stays. Returns those removed."""
+    from ingest.lake.connect import CLASS_ARCHIVE_PREFIX
+    from ingest.localdev.processes import alive
+
+    removed = []
+    for left in folder.glob(f"{CLASS_ARCHIVE_PREFIX}*.partial"):
+        pid = left.name.split(".")[-2]
+        if pid.isdigit() and not alive(int(pid)):
+            left.unlink(missing_ok=True)
+            removed.append(left)
+    return removed
+
+
 def make(log=print) -> Path | None:
     """The archive for this Java and these jars, made if missing; None where the JVM made none, or one
     cut short."""
@@ -49,8 +65,9 @@ def make(log=print) -> Path | None:
     if archive is not None:
         return archive
     stem = connect.class_archive_stem()
-    partial = stem.with_name(f"{stem.name}.partial")
-    partial.unlink(missing_ok=True)
+    # this process's own: two set-ups at once in one checkout each write theirs, and the later rename wins
+    partial = stem.with_name(f"{stem.name}.{os.getpid()}.partial")
+    remove_left_partials(stem.parent)
     folder = Path(tempfile.mkdtemp(prefix="ingest-class-archive-"))
     options = f"{connect.SERVER_CONF['spark.driver.extraJavaOptions']} -XX:ArchiveClassesAtExit={partial}"
     try:

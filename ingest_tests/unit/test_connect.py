@@ -1,5 +1,7 @@
 """Spark Connect set-up that needs no server: version checks and the server's command line."""
 
+import os
+
 import pyspark
 import pytest
 
@@ -166,8 +168,6 @@ def test_a_jvms_thread_stack_is_read_from_its_options_as_the_jvm_reads_them():
 def test_the_class_archive_is_named_for_the_java_and_every_jar_so_a_change_to_either_names_another(tmp_path):
     """lake/connect.py `class_archive_stem`: a server offered an archive made for other jars or another
     Java would run without it (the JVM refuses it), so such an archive is never offered."""
-    import os
-
     from ingest.lake.connect import CLASS_ARCHIVE_PREFIX, class_archive_stem
 
     spark_jars, project_jars = tmp_path / "spark", tmp_path / "project"
@@ -208,3 +208,22 @@ def test_the_local_server_is_given_the_class_archive_setup_made_but_not_one_cut_
     assert class_archive() == whole
     cmd = server_command(15099, {"spark.driver.extraJavaOptions": "-Xss4m"})
     assert f"spark.driver.extraJavaOptions=-Xss4m -XX:SharedArchiveFile={whole}" in cmd
+
+
+def test_archives_left_half_written_by_ended_set_ups_are_removed_and_one_being_written_stays(tmp_path):
+    """Each set-up writes its archive under its own PID (two at once in one checkout do not write one
+    file); one killed mid-dump leaves some 200 MiB, which the next set-up removes."""
+    import subprocess
+
+    from ingest.lake.connect import CLASS_ARCHIVE_PREFIX
+    from ingest.localdev.class_archive import remove_left_partials
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    left = tmp_path / f"{CLASS_ARCHIVE_PREFIX}0123456789abcdef.{ended.pid}.partial"
+    writing = tmp_path / f"{CLASS_ARCHIVE_PREFIX}0123456789abcdef.{os.getpid()}.partial"
+    made = tmp_path / f"{CLASS_ARCHIVE_PREFIX}0123456789abcdef-5.jsa"
+    for f in (left, writing, made):
+        f.write_bytes(b"12345")
+    assert remove_left_partials(tmp_path) == [left]
+    assert not left.exists() and writing.exists() and made.exists()
