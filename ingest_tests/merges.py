@@ -9,7 +9,7 @@ from typing import NamedTuple
 class LastCommit(NamedTuple):
     operation: str
     predicate: str
-    """The merge's condition as Spark prints it, e.g. `((id#7 <=> id#3) AND id#7 INSET 1, 2)`."""
+    """The merge's condition as Spark prints it, e.g. `((id#7 = id#3) AND id#7 INSET 1, 2)`."""
     metrics: dict
     deletion_vectors: bool
     """The table has `delta.enableDeletionVectors` on."""
@@ -34,5 +34,6 @@ def file_layout(spark, path: str) -> list[dict]:
 
 
 def names_keys(predicate: str, column: str) -> bool:
-    """The condition names `column`'s values (`t.col IN (...)`, which Spark prints as IN, INSET, or `=` for one)."""
-    return re.search(rf"\b{re.escape(column)}(#\d+L?)? (IN(SET)? |= )", predicate) is not None
+    """The condition names `column`'s values (`t.col IN (...)`, which Spark prints as IN, INSET, or `=` for one),
+    not the key's join with the batch's column (`id#7 = id#3`)."""
+    return re.search(rf"\b{re.escape(column)}(#\d+L?)? (IN(SET)? |= (?!\w+#\d))", predicate) is not None

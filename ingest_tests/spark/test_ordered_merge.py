@@ -1,5 +1,6 @@
 """The ordered merge converges whatever order batches arrive in, and however often."""
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -70,9 +71,31 @@ def test_repeated_merge_with_same_txn_is_skipped(spark, tmp_path):
     assert not ordered_merge(spark, path, df2, ["id"], {}, Txn("y", 1)).committed
 
 
+def test_a_change_with_a_null_key_fails_its_merge_with_an_error_naming_the_column_and_nothing_is_merged(
+        spark, tmp_path):
+    """The merge joins keys by `=` (a source's primary key cannot be NULL): a NULL would match no row and be
+    inserted again at every change, so a batch holding one fails and the table stays as it was; one
+    creating the table writes none."""
+    import pytest
+    from pyspark.errors import PySparkException
+
+    from ingest.lake.deltalog import table_version
+
+    path = str(tmp_path / "silver")
+    ordered_merge(spark, path, spark.createDataFrame([(1, "a", Decimal(10), False)], SCHEMA), ["id"], {}, Txn("k", 0))
+    batch = spark.createDataFrame([(1, "b", Decimal(20), False), (None, "no key", Decimal(20), False)], SCHEMA)
+    with pytest.raises(PySparkException, match="NULL in its key column id"):
+        ordered_merge(spark, path, batch, ["id"], {}, Txn("k", 1), expected_rows=2)
+    assert table_version(path) == 0
+    assert [tuple(r) for r in spark.read.format("delta").load(path).collect()] == [(1, "a", Decimal(10), False)]
+    with pytest.raises(PySparkException, match="NULL in its key column id"):
+        ordered_merge(spark, str(tmp_path / "new"), batch, ["id"], {}, Txn("k", 0))
+    assert table_version(str(tmp_path / "new")) is None
+
+
 def test_small_batch_into_a_table_opted_into_deletion_vectors_names_its_keys_and_merges_the_same(spark, tmp_path):
     schema = "id int, name string, v string, _pos decimal(38,0), _deleted boolean"
-    names = ["a", "it's", None]  # a quote has no trusted literal, NULL matches through <=>: name is not narrowed
+    names = ["a", "it's", "b"]  # a quote has no trusted literal: name is not narrowed
     base = [(i, names[i % 3], "old", Decimal(10), False) for i in range(300)]
     batch = [(i, names[i % 3], "new", Decimal(20), False) for i in range(0, 300, 7)]  # updates, every name
     batch += [(i, names[i % 3], "stale", Decimal(5), False) for i in range(1, 300, 50)]  # older: must not apply
@@ -126,7 +149,7 @@ def test_a_batch_of_few_keys_a_file_reaches_the_parquet_reader_as_equalities(spa
     few = [base_key + i for i in range(0, 2000, 50)]  # 2 a file
     logged = merge(1, few, [base_key + 1], [base_key + 5000])
     assert len(few) + 2 <= PUSH_KEYS_PER_FILE * files
-    assert f"eq(id, {few[0]})" in logged and "Filtering using predicate: or(" in logged, logged[-2000:]
+    assert re.search(rf"Filtering using predicate: .*\bor\(.*eq\(id, {few[0]}\)", logged), logged[-2000:]
     many = [base_key + i for i in range(3, 2000, 8)]  # 250: more than PUSH_KEYS_PER_FILE a file
     assert len(many) > PUSH_KEYS_PER_FILE * files
     logged = merge(2, many, [], [base_key + 6000])
@@ -296,14 +319,14 @@ def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_t
     full outer join, which Spark cannot broadcast: the table's rows were shuffled and came out in hash order.
     The project's optimizer rule (jvm/src MergeBroadcastJoin) writes that join as a right outer join with the
     batch broadcast plus the batch's unmatched rows, so the rewritten files keep the key order they had. Rows,
-    change feed and Delta's counts are those of the merge without the rule, a NULL key included, and Delta
+    change feed and Delta's counts are those of the merge without the rule, and Delta
     counts the batch once (no warning that its source changed between passes). A batch too large to broadcast
     keeps the shuffle."""
     enabled, log = "spark.ingest.mergeBroadcastJoin.enabled", Path(spark_server.log)  # the rule's switch
     base = [(k, "old", Decimal(10), False) for k in range(3000)]
     batches = [[(k, f"u{k}", Decimal(20), False) for k in range(5, 3000, 37)]
-               + [(k, "new", Decimal(20), False) for k in range(3000, 3010)] + [(None, "null key", Decimal(20), False)],
-               [(k, f"w{k}", Decimal(30), False) for k in range(11, 3000, 41)] + [(None, "null again", Decimal(30), False)]]
+               + [(k, "new", Decimal(20), False) for k in range(3000, 3010)],
+               [(k, f"w{k}", Decimal(30), False) for k in range(11, 3000, 41)] + [(3005, "new again", Decimal(30), False)]]
 
     def merged(name: str, rule: str) -> tuple[str, list[dict]]:
         path = str(tmp_path / name)
@@ -339,7 +362,7 @@ def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_t
     assert not in_key_order(without)  # what the shuffle left: the rule is what keeps the order
     assert metrics == metrics_without
     assert metrics[0]["numTargetRowsUpdated"] == str(len(range(5, 3000, 37)))
-    assert metrics[0]["numTargetRowsInserted"] == "11" and metrics[1]["numTargetRowsUpdated"] == str(len(range(11, 3000, 41)) + 1)
+    assert metrics[0]["numTargetRowsInserted"] == "10" and metrics[1]["numTargetRowsUpdated"] == str(len(range(11, 3000, 41)) + 1)
 
     def table(p: str) -> list[tuple]:
         return sorted((tuple(r) for r in spark.read.format("delta").load(p).collect()), key=repr)

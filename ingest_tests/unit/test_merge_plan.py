@@ -7,7 +7,7 @@ from ingest.lake.tables import location_for_asset_key, table_location
 
 def test_plan_applies_only_newer_changes_and_keeps_tombstones():
     plan = plan_ordered_merge(["a", "b"], ["a", "b", "v", "_pos", "_deleted"])
-    assert plan.on == "t.`a` <=> s.`a` AND t.`b` <=> s.`b`"
+    assert plan.on == "t.`a` = s.`a` AND t.`b` = s.`b`"
     assert plan.newer == "s._pos > t._pos"
     assert plan.tombstone_condition is None
 
@@ -16,7 +16,7 @@ def test_merge_sql_updates_newer_rows_inserts_new_keys_and_tombstones_by_source(
     from ingest.lake.merge import merge_sql
 
     plain = merge_sql("/lake/s/t/silver", "v1", plan_ordered_merge(["id"], ["id", "v", "_pos", "_deleted"]))
-    assert plain == ("MERGE INTO delta.`/lake/s/t/silver` AS t USING `v1` AS s ON t.`id` <=> s.`id` "
+    assert plain == ("MERGE INTO delta.`/lake/s/t/silver` AS t USING `v1` AS s ON t.`id` = s.`id` "
                      "WHEN MATCHED AND s._pos > t._pos THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
     snap = merge_sql("/p", "v2", plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=7))
     assert snap.endswith("WHEN NOT MATCHED BY SOURCE AND t._pos < 7 AND NOT t._deleted "
@@ -61,7 +61,7 @@ def test_narrowing_names_each_key_column_whose_values_all_have_a_literal():
     assert narrowing(["id"], [(3,), (1,), (2,)]) == "t.`id` IN (1, 2, 3)"
     assert narrowing(["a", "b"], [(1, "x"), (2, "y z")]) == "t.`a` IN (1, 2) AND t.`b` IN ('x', 'y z')"
     assert narrowing(["d"], [(Decimal("12.50"),), (Decimal("-1E+2"),)]) == "t.`d` IN (-100, 12.50)"
-    # a NULL key matches a NULL target key through <=>: IN would drop it, so that column goes
+    # IN cannot name a NULL key (the merge then fails on it): that column goes
     assert narrowing(["a", "b"], [(1, None), (2, "y")]) == "t.`a` IN (1, 2)"
     # strings a parser setting reads differently, and types without a trusted literal: no condition
     assert narrowing(["s"], [("it's",)]) is None and narrowing(["s"], [("a\\b",)]) is None
@@ -73,7 +73,7 @@ def test_narrowing_names_each_key_column_whose_values_all_have_a_literal():
 
 def test_narrowing_joins_the_key_match_and_refuses_a_snapshot_merge():
     plan = plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], narrow="t.`id` IN (1, 2)")
-    assert plan.on == "t.`id` <=> s.`id` AND t.`id` IN (1, 2)"
+    assert plan.on == "t.`id` = s.`id` AND t.`id` IN (1, 2)"
     with pytest.raises(ValueError, match="cannot be narrowed"):
         plan_ordered_merge(["id"], ["id", "_pos", "_deleted"], tombstone_before=7, narrow="t.`id` IN (1)")
 
