@@ -319,9 +319,8 @@ def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_t
     full outer join, which Spark cannot broadcast: the table's rows were shuffled and came out in hash order.
     The project's optimizer rule (jvm/src MergeBroadcastJoin) writes that join as a right outer join with the
     batch broadcast plus the batch's unmatched rows, so the rewritten files keep the key order they had. Rows,
-    change feed and Delta's counts are those of the merge without the rule, and Delta
-    counts the batch once (no warning that its source changed between passes). A batch too large to broadcast
-    keeps the shuffle."""
+    change feed and Delta's counts are those of the merge without the rule, and Delta counts the batch once
+    (no warning that its source changed between passes). A batch too large to broadcast keeps the shuffle."""
     enabled, log = "spark.ingest.mergeBroadcastJoin.enabled", Path(spark_server.log)  # the rule's switch
     base = [(k, "old", Decimal(10), False) for k in range(3000)]
     batches = [[(k, f"u{k}", Decimal(20), False) for k in range(5, 3000, 37)]
