@@ -109,9 +109,9 @@ def plan_ordered_merge(keys: Sequence[str], columns: Sequence[str], tombstone_be
     clause changes target rows the source does not match.
 
     The keys are the source table's primary key, which the databases keep NOT NULL, so they join by
-    `=`: Spark hashes a one-column key as a single long, where `<=>` hashes a value and a null flag as
-    two (1,000 updates into 10M rows: 8.9 against 10.0 s, docs/performance.md). A NULL would match no
-    row and be inserted again at every change: `keys_checked` fails such a batch instead.
+    `=`: Spark hashes a one-column integer key as a single long, where `<=>` hashes a value and a null
+    flag as two (1,000 updates into 10M rows: 8.9 against 10.0 s, docs/performance.md). A NULL would
+    match no row and be inserted again at every change: `keys_checked` fails such a batch instead.
     """
     if not keys:
         raise ValueError("an ordered merge needs at least one key column")

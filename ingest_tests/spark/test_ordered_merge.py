@@ -4,9 +4,12 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from pyspark.errors import PySparkException
 
 from ingest.lake.commits import Txn
+from ingest.lake.deltalog import table_version
 from ingest.lake.merge import CHANGE_DATA_FEED, Layout, live_rows, ordered_merge
 from ingest_tests.merges import file_layout, last_commit, names_keys
 
@@ -76,11 +79,6 @@ def test_a_change_with_a_null_key_fails_its_merge_with_an_error_naming_the_colum
     """The merge joins keys by `=` (a source's primary key cannot be NULL): a NULL would match no row and be
     inserted again at every change, so a batch holding one fails and the table stays as it was; one
     creating the table writes none."""
-    import pytest
-    from pyspark.errors import PySparkException
-
-    from ingest.lake.deltalog import table_version
-
     path = str(tmp_path / "silver")
     ordered_merge(spark, path, spark.createDataFrame([(1, "a", Decimal(10), False)], SCHEMA), ["id"], {}, Txn("k", 0))
     batch = spark.createDataFrame([(1, "b", Decimal(20), False), (None, "no key", Decimal(20), False)], SCHEMA)
@@ -298,8 +296,6 @@ def test_a_table_opted_out_of_the_change_feed_writes_none_and_an_opt_in_or_out_a
     again = spark.createDataFrame([(i, "c", Decimal(3), False) for i in range(3)], SCHEMA)
     ordered_merge(spark, later, again, ["id"], {"kind": "silver"}, Txn("later", 2), layout=on)
     assert table_properties(later)[CHANGE_DATA_FEED] == "true" and change_files("later")
-    from ingest.lake.deltalog import table_version
-
     version = table_version(later)
     assert sorted((r["id"], r["_change_type"]) for r in spark.sql(
         f"SELECT * FROM table_changes_by_path('{later}', {version})").collect()) == \
