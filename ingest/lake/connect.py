@@ -88,8 +88,9 @@ PROJECT_EXTENSIONS = "ingest.spark.Extensions"
 # cost seconds; Arrow for Python <-> JVM transfer; the UI off (a port nobody reads).
 SERVER_CONF: dict[str, str] = {
     # Delta's, and the project's optimizer rules (jvm/src: a merge's first pass reads only the pages
-    # holding the batch's keys; a copy-on-write merge broadcasts a small batch and keeps its files' key
-    # order); a server without them merges the same rows, reading and shuffling more
+    # holding the batch's keys; a copy-on-write merge broadcasts a small batch, keeps its files' key
+    # order and writes its unchanged rows straight from them); a server without them merges the same
+    # rows, reading, shuffling and repacking more
     "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{PROJECT_EXTENSIONS}",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",

@@ -383,3 +383,74 @@ def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_t
         spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
     assert not in_key_order(path)
     assert {r[0]: r[1] for r in table(path)} == want | {7: "late"}
+
+
+def test_a_copy_on_write_merge_writes_its_unchanged_rows_apart_and_merges_the_same(spark, tmp_path, monkeypatch):
+    """The project's second optimizer rule (jvm/src MergeCopyRows) writes the rows a copy-on-write batch leaves
+    unchanged straight from their files, in one task a file, and the batch's changed rows in a file of their
+    own, in key order. Rows, change feed and Delta's counts are those of the merge without the rule: updates,
+    a stale change (an older `_pos`, which changes nothing), a delete, inserts. A snapshot's merge, whose
+    WHEN NOT MATCHED BY SOURCE clause changes unmatched rows, does not use the rule and still tombstones."""
+    import ingest.lake.merge as merge
+
+    base = [(k, "old", Decimal(10), False) for k in range(3000)]
+    batches = [[(k, f"u{k}", Decimal(20), False) for k in range(5, 3000, 37)]
+               + [(k, "new", Decimal(20), False) for k in range(3000, 3010)] + [(600, "stale", Decimal(5), False)],
+               [(k, f"w{k}", Decimal(30), False) for k in range(11, 3000, 41)] + [(42, "gone", Decimal(30), True),
+                                                                                  (3005, "new again", Decimal(30), False)]]
+
+    def merged(name: str) -> tuple[str, list[dict], list[list[int]]]:
+        path, metrics, changed_files = str(tmp_path / name), [], []
+        ordered_merge(spark, path, spark.createDataFrame(base, SCHEMA), ["id"], {"kind": "silver"}, Txn(name, 0),
+                      file_rows=500)
+        for i, batch in enumerate(batches, start=1):
+            before = {r[0] for r in spark.read.format("delta").load(path).select("_metadata.file_path").collect()}
+            ordered_merge(spark, path, spark.createDataFrame(batch, SCHEMA), ["id"], {"kind": "silver"},
+                          Txn(name, i), expected_rows=len(batch), file_rows=500)
+            metrics.append({k: v for k, v in last_commit(spark, path).metrics.items()
+                            if k.startswith("num") and "Bytes" not in k and "Files" not in k})
+            new = spark.read.format("delta").load(path).select("id", "_metadata.file_path").collect()
+            by_file: dict[str, list[int]] = {}
+            for r in new:
+                if r[1] not in before:
+                    by_file.setdefault(r[1], []).append(r[0])
+            changed_files.append(sorted(sorted(ids) for ids in by_file.values()))
+        return path, metrics, changed_files
+
+    path, metrics, files = merged("apart")
+    monkeypatch.setattr(merge, "COPY_ROWS", "spark.ingest.mergeCopyRows.notSetByThisTest")
+    without, metrics_without, files_without = merged("together")
+    monkeypatch.undo()
+
+    # the rows each batch matched (the stale change's too, which it leaves as it was), in a file of their own
+    matched = [sorted([*range(5, 3000, 37), 600]), sorted([*range(11, 3000, 41), 42, 3005])]
+    assert matched[0] in files[0] and matched[1] in files[1]
+    assert matched[0] not in files_without[0] and matched[1] not in files_without[1]
+    assert [3000, 3001, 3002, 3003, 3004, 3005, 3006, 3007, 3008, 3009] in files[0]  # the inserts' own file
+    assert metrics == metrics_without
+    updated = len(range(5, 3000, 37))
+    assert metrics[0]["numTargetRowsUpdated"] == str(updated) and metrics[0]["numTargetRowsInserted"] == "10"
+    assert metrics[0]["numTargetRowsCopied"] == str(3000 - updated)  # the stale change's row among them
+
+    def table(p: str) -> list[tuple]:
+        return sorted((tuple(r) for r in spark.read.format("delta").load(p).collect()), key=repr)
+
+    def feed(p: str) -> list[tuple]:
+        rows = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1).load(p)
+        return sorted((tuple(r) for r in rows.drop("_commit_timestamp").collect()), key=repr)
+
+    assert table(path) == table(without) and feed(path) == feed(without)
+    got = {r[0]: (r[1], r[3]) for r in table(path)}
+    assert got[600] == ("old", False) and got[42] == ("gone", True) and got[3005] == ("new again", False)
+    import pyarrow.parquet as pq
+
+    paths = {r[0] for r in spark.read.format("delta").load(path).select("_metadata.file_path").collect()}
+    for f in paths:
+        ids = pq.read_table(f.removeprefix("file:"), columns=["id"]).column("id").to_pylist()
+        assert ids == sorted(ids), f  # every file in key order
+
+    # a snapshot's merge: rows it lacks that changed before its log start become tombstones, others stay
+    snapshot = spark.createDataFrame([(k, "snap", Decimal(25), False) for k in range(1, 3010)], SCHEMA)
+    ordered_merge(spark, path, snapshot, ["id"], {"kind": "silver"}, Txn("apart", 3), tombstone_before=25)
+    got = {r[0]: (r[1], r[3]) for r in table(path)}
+    assert got[0] == ("old", True) and got[11] == ("w11", False) and got[5] == ("snap", False)

@@ -26,6 +26,13 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
                 return new MergeBroadcastJoin();
             }
         });
+        // after MergeBroadcastJoin, whose union it splits further
+        extensions.injectPreCBORule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new MergeCopyRows();
+            }
+        });
         return BoxedUnit.UNIT;
     }
 }
