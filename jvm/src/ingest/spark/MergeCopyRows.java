@@ -44,7 +44,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>This rule splits them off: Delta's output over an inner join (the matched rows) and over the
  * batch's rows that match none, and, as another branch of a union, the target's rows that no batch
  * row matches (an anti-join against the batch's keys, broadcast), their columns as they are and
- * Delta's count of copied rows taken for each. The rows are those Delta's output would write.
+ * Delta's count of copied rows taken for each. The rows are those Delta's output would write. The
+ * matched rows, a few from each file, are joined in one task and sorted by the condition's target
+ * columns, so they make one small file in key order. A task's unchanged rows keep their files' order;
+ * lake/merge.py has the scans open one file a task, since a task that read several would write their
+ * rows, fewer than a file held, into files spanning them.
  *
  * <p>That holds only for a MERGE without a WHEN NOT MATCHED BY SOURCE clause, which would change rows
  * no batch row matches, and the plan does not tell its clauses apart. So the rule applies only where
