@@ -17,7 +17,7 @@ from typing import Any
 from ingest.lake.columns import lake_name
 from ingest.lake.commits import Txn
 from ingest.lake.connect import THREAD_STACK_MIB, server_thread_stack
-from ingest.lake.deltalog import is_delta_table, table_file_spread, table_version
+from ingest.lake.deltalog import is_delta_table, table_file_spread, table_size, table_version
 from ingest.lake.tables import spark_ident as _col
 from ingest.lake.write import (WriteOutcome, append, lake_columns, retry_conflicts, session_conf, session_txn,
                                widen_for)
@@ -48,6 +48,11 @@ COPY_ROWS = "spark.ingest.mergeCopyRows.enabled"
 # each reach its split size (128 MiB), so at this cost every file opens its own task (a larger file is still
 # split at that size).
 ONE_FILE_A_TASK = {"spark.sql.files.openCostInBytes": str(2**40)}
+# ... and only into a table of at least this many bytes. The rule pays by the rows it copies, and one task
+# a file costs every scan of the MERGE: 10 changes into a 100k-row silver of 20 files took 3.92 s with it
+# against 3.02 s (medians, alternating), 1,000 into a 10M-row silver of 56 MB 14.1-16.1 s against 18.4 s.
+# The bound between them is chosen, not measured (docs/performance.md).
+COPY_ROWS_MIN_BYTES = 32 * 2**20
 # Silver is created in key order, in files of at most this many rows (see `ordered_merge`).
 SILVER_FILE_ROWS = 1_000_000
 # How `ordered_merge` sorts a table it creates, most often from a whole snapshot. The server's 4 shuffle
@@ -285,7 +290,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     a larger one writes its output in its join's hash order, and the maintenance
     job puts such a table back in key order (`recluster`). The commit names the
     keys (`MERGE_KEYS`) for it. A broadcast batch that merges without a
-    tombstone clause writes the rows it leaves unchanged straight from their
+    tombstone clause into a table of COPY_ROWS_MIN_BYTES or more (a larger
+    copy-on-write silver) writes the rows it leaves unchanged straight from their
     files, one task a file, and the rows it matched in a file of their own
     (`COPY_ROWS`, jvm/src MergeCopyRows): 1,000 updates at random keys into
     10M rows took 14.1-16.1 s against 18.4 s without it (docs/performance.md).
@@ -313,7 +319,9 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(keys_checked(latest_per_key(changes, keys), keys, path))
     try:
-        copy_rows = plan.tombstone_condition is None and not layout.deletion_vectors
+        size = table_size(path)
+        copy_rows = (plan.tombstone_condition is None and not layout.deletion_vectors
+                     and size is not None and size[0] >= COPY_ROWS_MIN_BYTES)
         merging = {**pushed, MAX_RECORDS_PER_FILE: str(file_rows), COPY_ROWS: str(copy_rows).lower(),
                    **(ONE_FILE_A_TASK if copy_rows else {})}
         with session_conf(spark, merging), session_txn(spark, metadata, txn):

@@ -388,7 +388,8 @@ def test_a_copy_on_write_merge_broadcasts_its_batch_keeps_key_order_and_merges_t
 def test_a_copy_on_write_merge_writes_its_unchanged_rows_apart_and_merges_the_same(spark, tmp_path, monkeypatch):
     """The project's second optimizer rule (jvm/src MergeCopyRows) writes the rows a copy-on-write batch leaves
     unchanged straight from their files, in one task a file, and the batch's changed rows in a file of their
-    own, in key order. Rows, change feed and Delta's counts are those of the merge without the rule: updates,
+    own, in key order (into a table of COPY_ROWS_MIN_BYTES or more; this one is made smaller and the bound
+    lowered). Rows, change feed and Delta's counts are those of the merge without the rule: updates,
     a stale change (an older `_pos`, which changes nothing), a delete, inserts. A snapshot's merge, whose
     WHEN NOT MATCHED BY SOURCE clause changes unmatched rows, does not use the rule and still tombstones."""
     import ingest.lake.merge as merge
@@ -417,6 +418,7 @@ def test_a_copy_on_write_merge_writes_its_unchanged_rows_apart_and_merges_the_sa
             changed_files.append(sorted(sorted(ids) for ids in by_file.values()))
         return path, metrics, changed_files
 
+    monkeypatch.setattr(merge, "COPY_ROWS_MIN_BYTES", 0)  # the rule into a table this small too
     path, metrics, files = merged("apart")
     monkeypatch.setattr(merge, "COPY_ROWS", "spark.ingest.mergeCopyRows.notSetByThisTest")
     without, metrics_without, files_without = merged("together")
@@ -449,8 +451,17 @@ def test_a_copy_on_write_merge_writes_its_unchanged_rows_apart_and_merges_the_sa
         ids = pq.read_table(f.removeprefix("file:"), columns=["id"]).column("id").to_pylist()
         assert ids == sorted(ids), f  # every file in key order
 
+    # into a table under the bound (the default again) a merge takes Delta's path: no file of the changed rows
+    before = {r[0] for r in spark.read.format("delta").load(path).select("_metadata.file_path").collect()}
+    ordered_merge(spark, path, spark.createDataFrame([(7, "x", Decimal(40), False), (8, "y", Decimal(40), False)],
+                                                     SCHEMA), ["id"], {"kind": "silver"}, Txn("apart", 9),
+                  expected_rows=2, file_rows=500)
+    new = spark.read.format("delta").load(path).select("id", "_metadata.file_path").collect()
+    assert [7, 8] not in [sorted(r[0] for r in new if r[1] == f) for f in {r[1] for r in new} - before]
+    assert {r[0]: r[1] for r in table(path)}[7] == "x"
+
     # a snapshot's merge: rows it lacks that changed before its log start become tombstones, others stay
     snapshot = spark.createDataFrame([(k, "snap", Decimal(25), False) for k in range(1, 3010)], SCHEMA)
-    ordered_merge(spark, path, snapshot, ["id"], {"kind": "silver"}, Txn("apart", 3), tombstone_before=25)
+    ordered_merge(spark, path, snapshot, ["id"], {"kind": "silver"}, Txn("apart", 10), tombstone_before=25)
     got = {r[0]: (r[1], r[3]) for r in table(path)}
     assert got[0] == ("old", True) and got[11] == ("w11", False) and got[5] == ("snap", False)
