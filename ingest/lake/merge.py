@@ -294,7 +294,8 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     copy-on-write silver) writes the rows it leaves unchanged straight from their
     files, one task a file, and the rows it matched in a file of their own
     (`COPY_ROWS`, jvm/src MergeCopyRows): 1,000 updates at random keys into
-    10M rows took 14.1-16.1 s against 18.4 s without it (docs/performance.md).
+    10M rows took 14.1-16.1 s against 18.4 s without it, in runs of one hour
+    (docs/performance.md).
     """
     from pyspark.sql import functions as F
 
