@@ -160,12 +160,17 @@ public final class MergeBroadcastJoin extends Rule<LogicalPlan> {
     }
 
     static boolean hasColumn(LogicalPlan plan, String name) {
+        return column(plan, name) != null;
+    }
+
+    /** `plan`'s output column named `name`, or null. */
+    static Attribute column(LogicalPlan plan, String name) {
         for (Attribute a : CollectionConverters.asJava(plan.output())) {
             if (a.name().equals(name)) {
-                return true;
+                return a;
             }
         }
-        return false;
+        return null;
     }
 
     static Alias alias(Expression child, String name, ExprId id) {

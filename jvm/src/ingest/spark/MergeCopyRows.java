@@ -106,7 +106,7 @@ public final class MergeCopyRows extends Rule<LogicalPlan> {
         }
         List<NamedExpression> columns = new ArrayList<>();
         for (Attribute out : CollectionConverters.asJava(root.output())) {
-            Attribute column = named(target, out.name());
+            Attribute column = MergeBroadcastJoin.column(target, out.name());
             if (out.name().equals(CHANGE_TYPE) && column == null) { // a copied row is no change
                 columns.add(MergeBroadcastJoin.alias(Literal.create(null, out.dataType()), out.name(), newId()));
             } else if (out.name().equals(CDC_PARTITION) && column == null) { // and so goes to the data files
@@ -183,15 +183,6 @@ public final class MergeCopyRows extends Rule<LogicalPlan> {
 
     static SQLMetric metric(Expression incrementMetric) throws ReflectiveOperationException {
         return (SQLMetric) incrementMetric.getClass().getMethod("metric").invoke(incrementMetric);
-    }
-
-    static Attribute named(LogicalPlan plan, String name) {
-        for (Attribute a : CollectionConverters.asJava(plan.output())) {
-            if (a.name().equals(name)) {
-                return a;
-            }
-        }
-        return null;
     }
 
     static org.apache.spark.sql.catalyst.expressions.ExprId newId() {
