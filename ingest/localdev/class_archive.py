@@ -29,15 +29,16 @@ def warm_up(spark, folder: Path) -> None:
 
 
 def whole(archive: Path) -> bool:
-    """Whether a JVM can map `archive`: one cut short (a full disk, a dump cut off) kills the JVM that
-    maps it with SIGBUS, while a whole one that is not for this class path is only refused."""
+    """Whether a JVM can map `archive`: one cut short (a full disk, a dump cut off) kills Java 17's JVM
+    that maps it with SIGBUS, and Java 25's says it was truncated and goes on without it, while a whole
+    one that is not for this class path is only refused."""
     import subprocess
 
     from ingest.lake.connect import java_binary
 
     run = subprocess.run([str(java_binary()), f"-XX:SharedArchiveFile={archive}", "-XX:-CreateCoredumpOnCrash",
                           "-XX:ErrorFile=/dev/null", "-version"], capture_output=True)
-    return run.returncode == 0
+    return run.returncode == 0 and b"truncated" not in run.stdout + run.stderr
 
 
 def remove_left_partials(folder: Path) -> list[Path]:
