@@ -109,7 +109,7 @@ def _scaling(spark, work: Path, label: str, dv: bool, recent: bool, small: int, 
                   statistics.median(times[small]), "s", higher_is_better=False, target=target,
                   details={"changes": CHANGES, "repeats": REPEATS, "big_rows": big, "small_rows": small,
                            "deletion_vectors": dv, "keys": "newest" if recent else "random",
-                           "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS})
+                           "silver_files": files, "silver_file_rows": SILVER_FILE_ROWS, "sides": "alternating"})
 
 
 def _warm_up(spark, work: Path, small: int, log) -> None:
@@ -137,7 +137,8 @@ def merge_bench(spark, work: Path, small: int, big: int, log) -> list[Result]:
                 f"{', '.join(f'{t:.2f}' for t in copies)} s")
             results.append(Result(f"merge_vs_copy_{_label(big)}", results[-1].ours, "rewrite_same_files_no_merge",
                                   statistics.median(copies), "s", higher_is_better=False, target=1.5,
-                                  details={"changes": CHANGES, "repeats": REPEATS, "rows": big, "keys": "random"}))
+                                  details={"changes": CHANGES, "repeats": REPEATS, "rows": big, "keys": "random",
+                                           "sides": "alternating"}))
     return results
 
 
