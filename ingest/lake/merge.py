@@ -320,9 +320,10 @@ def ordered_merge(spark, path: str, changes, keys: Sequence[str], metadata: dict
     plan = plan_ordered_merge(keys, changes.columns, tombstone_before, narrow)
     view = temp_view(keys_checked(latest_per_key(changes, keys), keys, path))
     try:
-        size = table_size(path)
-        copy_rows = (plan.tombstone_condition is None and not layout.deletion_vectors
-                     and size is not None and size[0] >= COPY_ROWS_MIN_BYTES)
+        copy_rows = plan.tombstone_condition is None and not layout.deletion_vectors
+        if copy_rows:  # the table's size only where it decides (the newest checksum, read from storage)
+            size = table_size(path)
+            copy_rows = size is not None and size[0] >= COPY_ROWS_MIN_BYTES
         merging = {**pushed, MAX_RECORDS_PER_FILE: str(file_rows), COPY_ROWS: str(copy_rows).lower(),
                    **(ONE_FILE_A_TASK if copy_rows else {})}
         with session_conf(spark, merging), session_txn(spark, metadata, txn):
