@@ -68,12 +68,15 @@ def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, ch
     # a finished chunk's closed result set stays reachable (with its last buffer) until the task ends:
     # with 10,000, the live heap in the middle of a 64-chunk wave held 29 such buffers and 94 MiB of byte
     # arrays; with 1,000, no buffers worth listing and 49-67 MiB (most of it the JVM's own strings).
+    properties = {"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "1000",
+                  "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000)}
+    custom = ", ".join(f"`{c.alias}` {c.jdbc_type}" for c in columns if c.jdbc_type)
+    if custom:
+        properties["customSchema"] = custom
     df = spark.read.jdbc(
         jdbc_url(params.host, params.port, params.database),
         chunk_table(schema.database, schema.table, columns, key, rows),
-        predicates=[chunk_predicate(key, c) for c in chunks],
-        properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "1000",
-                    "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000)})
+        predicates=[chunk_predicate(key, c) for c in chunks], properties=properties)
     out = df.selectExpr(*[f"{c.spark} AS {spark_ident(c.name)}" for c in columns], f"`{POSITION_COLUMN}`")
     return out.coalesce(max(1, min(parallelism, len(chunks))))
 

@@ -31,6 +31,9 @@ class JdbcColumn:
     alias: str
     spark: str
     """A Spark SQL expression over `alias` giving the contract's value, cast to its type."""
+    jdbc_type: str | None = None
+    """The Spark type Spark's JDBC reader reads `alias` as (its `customSchema`), where not the type it
+    maps the driver's own to."""
 
 
 def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:

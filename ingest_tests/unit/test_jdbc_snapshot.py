@@ -41,6 +41,15 @@ def test_the_chunk_table_joins_the_snapshot_position_instead_of_selecting_subque
     assert "BINLOG_SNAPSHOT_POSITION" in sql.split(" CROSS JOIN ")[1] and "`_s`.`p` AS `_pos`" in select_list
 
 
+def test_text_is_read_as_its_bytes_and_numbers_as_the_driver_maps_them():
+    cols = jdbc_columns([MySQLColumn("id", "int", "int"), MySQLColumn("v", "varchar", "varchar(3)"),
+                         MySQLColumn("e", "enum", "enum('a')"), MySQLColumn("s", "set", "set('a','b')"),
+                         MySQLColumn("d", "datetime", "datetime")])
+    assert [c.jdbc_type for c in cols] == [None, "BINARY", "BINARY", "BINARY", None]
+    # Spark's expressions see a string: a SET's split and comparison over the bytes made one
+    assert "split(CAST(c3 AS STRING), ',')" in cols[3].spark and cols[1].spark == "CAST(c1 AS string)"
+
+
 @pytest.mark.parametrize("text, code", [
     ("py4j... java.sql.SQLNonTransientConnectionException: (conn=12) Connection reset", 2013),
     ("java.sql.SQLTransientConnectionException: (conn=3) Connection was killed", 2013),

@@ -59,6 +59,11 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
     a = f"c{index}"
     if kind == "vector":
         return None  # float32 arrays: no Spark SQL function unpacks them
+    # Text from the server is read as its bytes (UTF-8, the connection's character set) and made a Spark
+    # string without a copy: the driver's getString decodes each value into a Java String, which Spark
+    # then encodes back into UTF-8.
+    text = ct.spark == "string" or kind in ("set", "bit") or kind in SPATIAL
+    s = f"CAST({a} AS STRING)" if text else a
     select, spark = col, _cast(a, ct.spark)
     if kind == "bigint" and column.unsigned:
         select = f"CAST({col} AS DECIMAL(20,0))"
@@ -66,12 +71,12 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
         select = f"CAST({col} AS CHAR)"  # the server's text: plain notation with `scale` decimals
     elif kind == "set":
         select = f"CAST({col} AS CHAR)"  # members in definition order, comma-separated
-        spark = f"CASE WHEN {a} IS NULL THEN NULL WHEN {a} = '' THEN CAST(array() AS array<string>) " \
-                f"ELSE split({a}, ',') END"
+        spark = f"CASE WHEN {s} IS NULL THEN NULL WHEN {s} = '' THEN CAST(array() AS array<string>) " \
+                f"ELSE split({s}, ',') END"
     elif kind == "bit":
         size = max(1, ((column.numeric_precision or 1) + 7) // 8)
         select = f"LPAD(HEX({col}), {2 * size}, '0')"
-        spark = f"unhex({a})"
+        spark = f"unhex({s})"
     elif kind == "datetime":
         # microseconds since the epoch (both sides count in the proleptic Gregorian calendar, so dates
         # before 1582 are not shifted as java.sql.Timestamp would); a zero or partial-zero value has no
@@ -101,12 +106,12 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
         # the stored form: a 4-byte little-endian SRID, then OGC WKB
         select = f"HEX({col})"
         srid = "conv(concat(substring({0}, 7, 2), substring({0}, 5, 2), substring({0}, 3, 2), " \
-               "substring({0}, 1, 2)), 16, 10)".format(a)
-        spark = f"CASE WHEN {a} IS NULL THEN NULL ELSE named_struct('wkb', unhex(substring({a}, 9)), " \
+               "substring({0}, 1, 2)), 16, 10)".format(s)
+        spark = f"CASE WHEN {s} IS NULL THEN NULL ELSE named_struct('wkb', unhex(substring({s}, 9)), " \
                 f"'srid', CAST({srid} AS int)) END"
     elif kind == "binary" and column.char_length:
         pass  # the server keeps BINARY(n)'s zero padding
-    return JdbcColumn(column.name, select, a, spark)
+    return JdbcColumn(column.name, select, a, spark, "BINARY" if text else None)
 
 
 def jdbc_columns(columns: Sequence[MySQLColumn], table: str = "?") -> list[JdbcColumn] | None:
