@@ -109,3 +109,36 @@ def test_an_archive_cut_short_is_told_from_a_whole_one_before_it_is_kept(tmp_pat
     with open(archive, "rb") as src:
         cut.write_bytes(src.read(archive.stat().st_size // 2))
     assert whole(archive) and not whole(cut)
+
+
+def test_a_cast_to_timestamp_ntz_in_utc_gives_the_same_microseconds_without_a_wall_clock_per_value(spark):
+    """The project's optimizer rule (jvm/src UtcTimestampCast): in the sessions' UTC a TIMESTAMP cast to
+    TIMESTAMP_NTZ becomes a call that returns its microseconds, the values as Spark's own cast gives them
+    (before 1582, year 1, year 9999, NULL); in another zone the cast stays, and moves the wall clock."""
+    import datetime as dt
+
+    micros = "array(0L, -1L, NULL, 1234567890123456L, -12253852800000000L, 253402300799999999L, -62135596800000000L)"
+    # picked by row from a range, so that the optimizer does not fold the cast into a constant
+    df = spark.sql(f"SELECT CAST(timestamp_micros(element_at({micros}, CAST(id + 1 AS int))) AS timestamp_ntz) AS t "
+                   "FROM range(7)")
+    enabled = "spark.ingest.utcTimestampCast.enabled"
+    assert "static_invoke(java.lang.Math.addExact(timestamp_micros(" in df._explain_string(extended=True)
+    got = [r.t for r in df.collect()]
+    spark.conf.set(enabled, "false")
+    try:
+        assert "Math.addExact" not in df._explain_string(extended=True)
+        assert [r.t for r in df.collect()] == got
+    finally:
+        spark.conf.unset(enabled)
+    assert got[:4] == [dt.datetime(1970, 1, 1), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), None,
+                       dt.datetime(2009, 2, 13, 23, 31, 30, 123456)]
+    assert got[4:] == [dt.datetime(1581, 9, 10), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(1, 1, 1)]
+
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        tokyo = spark.sql("SELECT CAST(timestamp_micros(id) AS timestamp_ntz) AS t FROM range(1)")
+        assert "Math.addExact" not in tokyo._explain_string(extended=True)
+        assert tokyo.collect()[0].t == dt.datetime(1970, 1, 1, 9)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)

@@ -4,8 +4,9 @@ Rows then never pass through Python: the server turns each column into a form JD
 (`select`, e.g. a TIME as its text, a TIMESTAMP as epoch seconds, a DATETIME as microseconds since
 year 1, which a zero date has none of, a BIT as hex) and a Spark SQL expression over that gives the
 contract's value and type (`spark`). The CAST to timestamp_ntz reads the session's time zone, which
-every session of the project sets to UTC (lake/connect.py). The contract itself stays in types.py: the golden all-types test holds both readers and
-the binlog path to the same values.
+every session of the project sets to UTC (lake/connect.py), where the project's optimizer rule keeps
+the microseconds as they are (jvm/src UtcTimestampCast). The contract itself stays in types.py: the
+golden all-types test holds both readers and the binlog path to the same values.
 
 Each Spark partition is one chunk, read by its own connection in its own `START TRANSACTION WITH
 CONSISTENT SNAPSHOT` (the JDBC session's init statement), and the chunk's rows carry that snapshot's

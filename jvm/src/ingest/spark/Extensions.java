@@ -18,6 +18,12 @@ public final class Extensions extends AbstractFunction1<SparkSessionExtensions, 
                 return new MergeScanFilter();
             }
         });
+        extensions.injectOptimizerRule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
+            @Override
+            public Rule<LogicalPlan> apply(SparkSession session) {
+                return new UtcTimestampCast();
+            }
+        });
         // after Delta's PrepareDeltaScan (its extension comes first in spark.sql.extensions): the batch's
         // estimated size is then that of the files a Delta source reads, not its whole table's
         extensions.injectPreCBORule(new AbstractFunction1<SparkSession, Rule<LogicalPlan>>() {
