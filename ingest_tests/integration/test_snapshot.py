@@ -73,6 +73,13 @@ def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_
     adds = [a for c in ours for a in added_files(path, c.version)]
     assert len(adds) >= 3 and all(set(json.loads(a["stats"])["minValues"]) == {"id"} for a in adds)
     assert snapshot_positions(path, progress.snapshot_id) == (200_000, lo, hi)
+    # pages run past the sessions' 5,000 rows (kept for silver's pushed keys): one page a column chunk
+    from ingest.lake.connect import SESSION_CONF
+    from ingest_tests.parquet_pages import page_rows
+
+    pages = [page_rows(f, 0) for f in Path(path).glob("*.parquet")]
+    assert max(r for p in pages for r in p) > int(SESSION_CONF["parquet.page.row.count.limit"]), pages
+    assert sum(r for p in pages for r in p) == 200_000
 
 
 def test_log_start_is_not_after_the_binlog_head_when_the_snapshot_ends(spark, root, params, tmp_path):
