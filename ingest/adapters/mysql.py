@@ -54,6 +54,7 @@ def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, ch
     """One Spark partition per chunk, each its own connection and consistent snapshot; coalesced so
     that at most `parallelism` read at once."""
     from ingest.lake.tables import spark_ident
+    from ingest.sources.contract import custom_schema
     from ingest.sources.mysql.filters import captured_rows
     from ingest.sources.mysql.jdbc import (
         DRIVER, POSITION_COLUMN, SESSION_INIT, chunk_predicate, chunk_table, jdbc_url,
@@ -68,15 +69,13 @@ def read_chunks_jdbc_df(spark, params: ConnectionParams, schema: TableSchema, ch
     # a finished chunk's closed result set stays reachable (with its last buffer) until the task ends:
     # with 10,000, the live heap in the middle of a 64-chunk wave held 29 such buffers and 94 MiB of byte
     # arrays; with 1,000, no buffers worth listing and 49-67 MiB (most of it the JVM's own strings).
-    properties = {"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "1000",
-                  "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000)}
-    custom = ", ".join(f"`{c.alias}` {c.jdbc_type}" for c in columns if c.jdbc_type)
-    if custom:
-        properties["customSchema"] = custom
     df = spark.read.jdbc(
         jdbc_url(params.host, params.port, params.database),
         chunk_table(schema.database, schema.table, columns, key, rows),
-        predicates=[chunk_predicate(key, c) for c in chunks], properties=properties)
+        predicates=[chunk_predicate(key, c) for c in chunks],
+        properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "1000",
+                    "sessionInitStatement": SESSION_INIT, "connectTimeout": str(params.connect_timeout * 1000),
+                    **custom_schema(columns)})
     out = df.selectExpr(*[f"{c.spark} AS {spark_ident(c.name)}" for c in columns], f"`{POSITION_COLUMN}`")
     return out.coalesce(max(1, min(parallelism, len(chunks))))
 

@@ -199,6 +199,7 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
     each one connection and one query at the exported snapshot (a wave of 10 chunks of 100k rows read
     0.1 s faster joined than as 10 queries)."""
     from ingest.lake.tables import spark_ident
+    from ingest.sources.contract import custom_schema
     from ingest.sources.postgres.jdbc import DRIVER, chunk_predicate, chunk_table, jdbc_url, session_init
     from ingest.sources.postgres.snapshot import joined_ranges
 
@@ -210,7 +211,7 @@ def chunks_jdbc_df(spark, params: PgParams, table, columns, at, ranges: list[tup
         predicates=[chunk_predicate(key_types, lo, hi) for lo, hi in joined_ranges(ranges, parallelism)],
         properties={"user": params.user, "password": params.password, "driver": DRIVER, "fetchsize": "10000",
                     "sessionInitStatement": session_init(at.snapshot),
-                    "connectTimeout": str(params.connect_timeout)})
+                    "connectTimeout": str(params.connect_timeout), **custom_schema(columns)})
     pos = f"CAST('{at.consistent_point.row_pos()}' AS decimal(38,0)) AS `_pos`"
     return df.selectExpr(*[f"{c.spark} AS {spark_ident(c.name)}" for c in columns], pos)
 

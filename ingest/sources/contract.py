@@ -3,7 +3,7 @@ a value read from the source becomes the Delta value, the same for the snapshot 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,12 @@ class JdbcColumn:
     jdbc_type: str | None = None
     """The Spark type Spark's JDBC reader reads `alias` as (its `customSchema`), where not the type it
     maps the driver's own to."""
+
+
+def custom_schema(columns: Sequence[JdbcColumn]) -> dict[str, str]:
+    """Spark's JDBC reader option that reads the `columns` with a `jdbc_type` as that type (pure)."""
+    custom = ", ".join(f"`{c.alias}` {c.jdbc_type}" for c in columns if c.jdbc_type)
+    return {"customSchema": custom} if custom else {}
 
 
 def convert_column(ctype: ColumnType, values: list[Any]) -> list[Any]:

@@ -38,6 +38,17 @@ def test_types_the_contract_keeps_as_text_are_read_through_their_output_function
     assert selects == [f'CASE WHEN _t."{n}" IS NOT NULL THEN concat(_t."{n}") END' for n in ("c", "addr", "n")]
 
 
+def test_text_is_read_as_its_bytes_and_the_rest_as_the_driver_maps_it():
+    from ingest.sources.contract import custom_schema
+
+    cols, types = columns(("id", "int4", None, -1), ("name", "text", None, -1), ("tags", "_text", "text", -1),
+                          ("addr", "inet", None, -1))
+    read = jdbc_columns(cols, types, "public.t")
+    assert [c.jdbc_type for c in read] == [None, "BINARY", None, "BINARY"]  # an array keeps its getter
+    assert custom_schema(read) == {"customSchema": "`c1` BINARY, `c3` BINARY"}
+    assert custom_schema(read[:1]) == {}
+
+
 def test_refused_values_are_a_failing_cast_of_a_message_naming_the_column_and_value():
     cols, types = columns(("d", "date", None, -1), ("weird'name", "timestamptz", None, -1))
     date, stamp = jdbc_columns(cols, types, "public.t")

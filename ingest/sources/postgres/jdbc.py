@@ -118,7 +118,10 @@ def jdbc_column(column: PgColumn, pg_type: PgType, index: int, table: str) -> Jd
         select = f"CASE WHEN {col} IS NOT NULL THEN concat({col}) END"
     else:
         return None
-    return JdbcColumn(column.name, select, a, spark)
+    # text is read as its bytes (UTF-8, the driver's client encoding) and made a Spark string without a
+    # copy, where the driver's getString would decode it into a Java String that Spark encodes again
+    text = pg_type.element is None and ct.spark == "string"
+    return JdbcColumn(column.name, select, a, spark, "BINARY" if text else None)
 
 
 def jdbc_columns(columns: Sequence[PgColumn], types: dict[int, PgType], table: str) -> list[JdbcColumn] | None:
