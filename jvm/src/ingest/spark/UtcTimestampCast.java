@@ -1,5 +1,6 @@
 package ingest.spark;
 
+import java.time.DateTimeException;
 import java.time.Instant;
 import java.time.ZoneId;
 import java.util.List;
@@ -43,8 +44,12 @@ public final class UtcTimestampCast extends Rule<LogicalPlan> {
                 && c.child().dataType() instanceof TimestampType && c.timeZoneId().isDefined())) {
             return false;
         }
-        ZoneId zone = ZoneId.of(c.timeZoneId().get(), ZoneId.SHORT_IDS);
-        return zone.getRules().isFixedOffset() && zone.getRules().getOffset(Instant.EPOCH).getTotalSeconds() == 0;
+        try {
+            ZoneId zone = ZoneId.of(c.timeZoneId().get(), ZoneId.SHORT_IDS);
+            return zone.getRules().isFixedOffset() && zone.getRules().getOffset(Instant.EPOCH).getTotalSeconds() == 0;
+        } catch (DateTimeException unknown) { // a zone Java does not know: Spark's cast says so, not the rule
+            return false;
+        }
     }
 
     static Expression same(Expression e) {
