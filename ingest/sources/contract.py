@@ -33,7 +33,9 @@ class JdbcColumn:
     """A Spark SQL expression over `alias` giving the contract's value, cast to its type."""
     jdbc_type: str | None = None
     """The Spark type Spark's JDBC reader reads `alias` as (its `customSchema`), where not the type it
-    maps the driver's own to."""
+    maps the driver's own to. Text is read as BINARY, its UTF-8 bytes, which `spark` casts to a string
+    without a copy: the driver's getString decodes each value into a Java String that Spark then
+    encodes into UTF-8 again (a 10M-row snapshot with three text columns: 10.59 against 10.87 s)."""
 
 
 def custom_schema(columns: Sequence[JdbcColumn]) -> dict[str, str]:

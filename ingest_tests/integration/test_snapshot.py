@@ -73,13 +73,23 @@ def test_large_table_in_parallel_chunks_with_positions(spark, root, params, tmp_
     adds = [a for c in ours for a in added_files(path, c.version)]
     assert len(adds) >= 3 and all(set(json.loads(a["stats"])["minValues"]) == {"id"} for a in adds)
     assert snapshot_positions(path, progress.snapshot_id) == (200_000, lo, hi)
-    # pages run past the sessions' 5,000 rows (kept for silver's pushed keys): one page a column chunk
+
+
+def test_a_snapshot_writes_pages_past_the_sessions_page_row_limit(spark, root, params, tmp_path):
+    """The sessions' 5,000-row Parquet pages are for the keys a merge pushes into silver; a snapshot,
+    which the silver merge reads whole, writes pages that only Parquet's page size ends (read back from
+    the files' own page headers)."""
     from ingest.lake.connect import SESSION_CONF
     from ingest_tests.parquet_pages import page_rows
 
+    with root.cursor() as cur:
+        cur.execute("CREATE TABLE paged (id INT PRIMARY KEY, a VARCHAR(20))")
+        cur.execute("INSERT INTO paged SELECT seq, CONCAT('r', seq) FROM seq_1_to_30000")
+    path = str(tmp_path / "paged")
+    snapshot(spark, params, "paged", path, chunk_size=10_000, parallelism=1, chunks_per_commit=3)
     pages = [page_rows(f, 0) for f in Path(path).glob("*.parquet")]
     assert max(r for p in pages for r in p) > int(SESSION_CONF["parquet.page.row.count.limit"]), pages
-    assert sum(r for p in pages for r in p) == 200_000
+    assert sum(r for p in pages for r in p) == 30_000
 
 
 def test_log_start_is_not_after_the_binlog_head_when_the_snapshot_ends(spark, root, params, tmp_path):

@@ -60,9 +60,7 @@ def jdbc_column(column: MySQLColumn, index: int, table: str = "?") -> JdbcColumn
     a = f"c{index}"
     if kind == "vector":
         return None  # float32 arrays: no Spark SQL function unpacks them
-    # Text from the server is read as its bytes (UTF-8, the connection's character set) and made a Spark
-    # string without a copy: the driver's getString decodes each value into a Java String, which Spark
-    # then encodes back into UTF-8.
+    # text arrives in the connection's character set, UTF-8: read as its bytes (JdbcColumn.jdbc_type)
     text = ct.spark == "string" or kind in ("set", "bit") or kind in SPATIAL
     s = f"CAST({a} AS STRING)" if text else a
     select, spark = col, _cast(a, ct.spark)

@@ -118,8 +118,7 @@ def jdbc_column(column: PgColumn, pg_type: PgType, index: int, table: str) -> Jd
         select = f"CASE WHEN {col} IS NOT NULL THEN concat({col}) END"
     else:
         return None
-    # text is read as its bytes (UTF-8, the driver's client encoding) and made a Spark string without a
-    # copy, where the driver's getString would decode it into a Java String that Spark encodes again
+    # text arrives in the driver's client encoding, UTF-8: read as its bytes (JdbcColumn.jdbc_type)
     text = pg_type.element is None and ct.spark == "string"
     return JdbcColumn(column.name, select, a, spark, "BINARY" if text else None)
 
